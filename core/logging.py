@@ -1,0 +1,50 @@
+"""Logging setup, called only by entry points (CLI, daemon, demo). Libraries just `from loguru import logger`.
+
+Stdlib logging from Ray, uvicorn, APScheduler and alembic is routed into loguru so one format and one
+level apply everywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from loguru import logger
+
+_ROUTED = ("ray", "uvicorn", "uvicorn.error", "uvicorn.access", "apscheduler", "alembic", "asyncssh", "httpx")
+FORMAT = (
+    "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> <level>{level: <7}</level> "
+    "<cyan>{name}</cyan> {message}{extra_str}"
+)
+
+
+class _InterceptHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level: str | int = logger.level(record.levelname).name
+        except ValueError:
+            level = record.levelno
+        logger.opt(depth=6, exception=record.exc_info).log(level, record.getMessage())
+
+
+def _extra_str(record: dict) -> bool:
+    extra = {k: v for k, v in record["extra"].items() if k != "extra_str"}
+    record["extra"]["extra_str"] = (" " + " ".join(f"{k}={v}" for k, v in extra.items())) if extra else ""
+    return True
+
+
+def setup_logging(level: str = "INFO", log_file: Path | None = None, quiet_libraries: bool = True) -> None:
+    """Configure loguru for the process. Idempotent: a second call replaces the first."""
+    logger.remove()
+    logger.add(sys.stderr, level=level, format=FORMAT, filter=_extra_str, colorize=None)
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        logger.add(log_file, level="DEBUG", format=FORMAT, filter=_extra_str, rotation="50 MB", retention=5)
+    handler = _InterceptHandler()
+    logging.basicConfig(handlers=[handler], level=0, force=True)
+    for name in _ROUTED:
+        lib = logging.getLogger(name)
+        lib.handlers = [handler]
+        lib.propagate = False
+        lib.setLevel(logging.WARNING if quiet_libraries and name != "alembic" else logging.INFO)

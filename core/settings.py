@@ -1,0 +1,172 @@
+"""One typed Settings object, validated at start.
+
+Sources, highest first: keyword arguments, `ARGUS_*` environment variables, a YAML file (the path in
+`ARGUS_CONFIG` or passed to `load_settings`), then defaults. A bad value is a ConfigError that names the
+field, the value's source and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from core.errors import ConfigError
+
+ENV_PREFIX = "ARGUS_"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
+
+    # where Argus keeps its own state
+    data_dir: Path = Field(default=Path.home() / ".argus", description="SQLite file, logs, offsets")
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; default sqlite:///<data_dir>/argus.db"
+    )
+    shared_root: Path = Field(default=Path("/mnt/shared"), description="NFS root with jobs/<submission_id>/")
+
+    # what Argus watches
+    ray_dashboard_url: str = Field(default="http://127.0.0.1:8265", description="Ray dashboard / Jobs API")
+    prometheus_url: str | None = Field(default=None, description="Prometheus base URL; None: not used")
+    request_timeout_s: float = Field(default=10.0, gt=0, le=300)
+
+    # the loop
+    poll_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    lost_node_lookback_s: float = Field(
+        default=3600.0, ge=0, description="a node that died longer ago than this at start is history"
+    )
+    rules_dirs: list[Path] = Field(default_factory=list, description="extra rule folders beside the built-in")
+
+    # who is told
+    webhook_urls: list[str] = Field(default_factory=list, description="generic JSON webhooks for incidents")
+
+    # the API
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8600, ge=1, le=65535)
+
+    log_level: str = "INFO"
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        v = v.upper()
+        if v not in {"TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return v
+
+    @field_validator("ray_dashboard_url", "prometheus_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        v = v.strip().rstrip("/")
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://, e.g. http://head:8265")
+        return v
+
+    @field_validator("webhook_urls")
+    @classmethod
+    def _webhooks(cls, v: list[str]) -> list[str]:
+        for url in v:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} must start with http:// or https://")
+        return v
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'argus.db'}"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"settings file {path} does not exist", hint="fix the path in ARGUS_CONFIG or --config"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read settings file {path}: {exc}", hint="it must be UTF-8 YAML") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(
+            f"settings file {path} is not valid YAML{where}: {problem}",
+            hint="fix the YAML syntax; keys are Settings fields such as ray_dashboard_url",
+        ) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"settings file {path} must be a mapping of field: value, not {type(data).__name__}",
+            hint="write e.g. 'ray_dashboard_url: http://head:8265'",
+        )
+    return data
+
+
+def _env_overrides() -> set[str]:
+    return {k[len(ENV_PREFIX):].lower() for k in os.environ if k.startswith(ENV_PREFIX)}
+
+
+def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Settings:
+    """Build and validate the Settings; raise ConfigError naming the field, its source and the fix."""
+    path = config_file or os.environ.get(f"{ENV_PREFIX}CONFIG")
+    file_values = _read_yaml(Path(path)) if path else {}
+    # The environment beats the file: only pass file values the environment does not set.
+    env_keys = _env_overrides()
+    init = {k: v for k, v in file_values.items() if k not in env_keys}
+    init.update(overrides)
+    try:
+        return Settings(**init)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path, set(file_values)), hint=_fix_hint(exc)) from None
+
+
+def _describe(exc: ValidationError, path: Any, file_keys: set[str]) -> str:
+    parts = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "?"
+        top = str(err["loc"][0]) if err["loc"] else ""
+        if err["type"] == "extra_forbidden":
+            origin = f"in {path}" if path and top in file_keys else "in the settings"
+            parts.append(f"unknown setting '{field}' {origin}")
+            continue
+        if top in _env_overrides():
+            origin = f"from {ENV_PREFIX}{top.upper()}"
+        elif top in file_keys and path:
+            origin = f"in {path}"
+        else:
+            origin = ""
+        value = err.get("input")
+        shown = repr(value) if not isinstance(value, dict) else "a mapping"
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        parts.append(f"setting '{field}'{' ' + origin if origin else ''} = {shown}: {err['msg']}")
+    return "invalid settings: " + "; ".join(parts)
+
+
+def _fix_hint(exc: ValidationError) -> str:
+    if any(e["type"] == "extra_forbidden" for e in exc.errors()):
+        known = ", ".join(sorted(Settings.model_fields))
+        return f"known settings are: {known}"
+    return "correct the value(s) named above; `argus config show` prints the effective settings"
