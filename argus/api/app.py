@@ -1,0 +1,25 @@
+"""The HTTP API: FastAPI routers over the store and the loop's health."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+
+from argus import __version__
+from argus.api import errors, health, incidents
+
+
+def create_app(*, store: Any, health_provider: Callable[[], dict[str, Any]] | None = None) -> FastAPI:
+    app = FastAPI(
+        title="Argus",
+        version=__version__,
+        description="Incidents, reports and remediation for GPU training clusters on Ray.",
+    )
+    app.state.store = store
+    app.state.health = health_provider
+    errors.install(app)
+    app.include_router(health.router)
+    app.include_router(incidents.router)
+    return app

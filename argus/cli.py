@@ -1,0 +1,208 @@
+"""The `argus` command. Entry point: the only place (with `serve` and `demo`) that sets up logging."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from core.errors import ArgusError
+from core.logging import setup_logging
+from core.settings import Settings, load_settings
+from core.types import Category, IncidentState
+
+app = typer.Typer(
+    name="argus",
+    help="Argus: detect, explain and remediate failures of GPU training jobs on Ray clusters.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+incidents_app = typer.Typer(help="Read incidents from the store.", no_args_is_help=True)
+db_app = typer.Typer(help="The incident database.", no_args_is_help=True)
+config_app = typer.Typer(help="Settings.", no_args_is_help=True)
+app.add_typer(incidents_app, name="incidents")
+app.add_typer(db_app, name="db")
+app.add_typer(config_app, name="config")
+
+out = Console()
+err = Console(stderr=True)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="YAML settings file (default: $ARGUS_CONFIG)", show_default=False),
+]
+
+
+def _settings(config: Path | None, **overrides) -> Settings:
+    return load_settings(config, **{k: v for k, v in overrides.items() if v is not None})
+
+
+@app.command()
+def serve(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help="address to listen on (default: api_host)")] = None,
+    port: Annotated[int | None, typer.Option(help="port to listen on (default: api_port)")] = None,
+) -> None:
+    """Run the API and the detection loop until interrupted."""
+    import uvicorn
+
+    from argus.api.app import create_app
+    from argus.daemon import Daemon
+    from argus.wiring import build_pipeline, open_store
+
+    settings = _settings(config, api_host=host, api_port=port)
+    setup_logging(settings.log_level, settings.data_dir / "logs" / "argus.log")
+    store = open_store(settings)
+    public = f"http://{settings.api_host}:{settings.api_port}"
+    pipeline = build_pipeline(settings, store, public_url=public)
+    daemon = Daemon(pipeline, interval_s=settings.poll_interval_s)
+    daemon.start()
+    try:
+        uvicorn.run(
+            create_app(store=store, health_provider=pipeline.health),
+            host=settings.api_host,
+            port=settings.api_port,
+            log_config=None,  # uvicorn's records go through the loguru intercept set up above
+        )
+    finally:
+        daemon.stop()
+        store.close()
+
+
+def _incident_rows(items) -> Table:
+    table = Table("id", "state", "category", "severity", "subject", "first seen", "summary", expand=True)
+    for i in items:
+        table.add_row(
+            i.id,
+            i.state.value,
+            i.category.value,
+            i.severity.value,
+            f"{i.subject.kind.value} {i.subject.name or i.subject.id}",
+            i.first_seen.strftime("%Y-%m-%d %H:%M:%S"),
+            i.summary,
+        )
+    return table
+
+
+@incidents_app.command("list")
+def incidents_list(
+    config: ConfigOption = None,
+    state: Annotated[IncidentState | None, typer.Option(help="only this state")] = None,
+    category: Annotated[Category | None, typer.Option(help="only this category")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False,
+) -> None:
+    """List incidents, newest first."""
+    from argus.wiring import open_store
+
+    store = open_store(_settings(config))
+    try:
+        items = store.list_incidents(state=state, category=category, limit=limit)
+    finally:
+        store.close()
+    if as_json:
+        for i in items:
+            print(json.dumps(i.model_dump(mode="json"), ensure_ascii=False))
+    elif not items:
+        out.print("no incidents")
+    else:
+        out.print(_incident_rows(items))
+
+
+@incidents_app.command("show")
+def incidents_show(
+    incident_id: Annotated[str, typer.Argument(help="incident id, e.g. inc-0123456789ab")],
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Show one incident with its findings and evidence."""
+    from argus.wiring import open_store
+
+    store = open_store(_settings(config))
+    try:
+        incident = store.get_incident(incident_id)
+        findings = store.findings_for(incident_id)
+    finally:
+        store.close()
+    if as_json:
+        body = {
+            "incident": incident.model_dump(mode="json"),
+            "findings": [f.model_dump(mode="json") for f in findings],
+        }
+        print(json.dumps(body, ensure_ascii=False))
+        return
+    out.print(
+        f"[bold]{incident.id}[/] {incident.state.value} [bold red]{incident.category.value}[/] "
+        f"({incident.severity.value}), seen {incident.occurrences}x"
+    )
+    out.print(f"subject: {incident.subject.kind.value} {incident.subject.id} {incident.subject.name or ''}")
+    out.print(f"first seen {incident.first_seen.isoformat()}, detected {incident.detected_at.isoformat()}")
+    out.print(f"\n{incident.summary}\n")
+    if incident.recommended_action:
+        out.print(f"[bold]what to do:[/] {incident.recommended_action}\n")
+    for f in findings:
+        out.print(f"[bold]{f.reason}[/] ({f.confidence:.0%}): {f.summary}")
+        for e in f.evidence:
+            where = f"{e.source}:{e.line}" if e.line else e.source
+            out.print(f"  {where}  {e.text}", markup=False, highlight=False)
+
+
+@db_app.command("upgrade")
+def db_upgrade(config: ConfigOption = None) -> None:
+    """Create or migrate the database to the newest schema."""
+    from argus.store.migrate import current_revision, upgrade
+
+    settings = _settings(config)
+    upgrade(settings.effective_database_url)
+    out.print(f"database at revision {current_revision(settings.effective_database_url)}")
+
+
+@config_app.command("show")
+def config_show(config: ConfigOption = None) -> None:
+    """Print the effective settings (file, environment and defaults merged)."""
+    settings = _settings(config)
+    print(json.dumps(settings.model_dump(mode="json"), indent=2))
+
+
+@app.command()
+def demo(
+    keep: Annotated[bool, typer.Option(help="leave the stack running until Ctrl-C at the end")] = False,
+    work_dir: Annotated[Path, typer.Option(help="where the demo keeps its state and logs")] = Path(".stack/demo"),
+) -> None:
+    """Bring up a local Ray cluster and its monitoring, kill a worker, and show Argus detect it."""
+    from argus.demo import run_demo
+
+    setup_logging("WARNING")
+    raise typer.Exit(run_demo(work_dir=work_dir, keep=keep, console=out))
+
+
+def _register_plugins() -> None:
+    from argus.cli_analyze import register as register_analyze
+    from argus.sim.cli import register as register_sim
+
+    register_analyze(app)
+    register_sim(app)
+
+
+def main() -> None:
+    try:
+        _register_plugins()
+        app()
+    except ArgusError as exc:
+        err.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        if exc.hint:
+            err.print(f"[bold]what to do:[/] {exc.hint}", highlight=False)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

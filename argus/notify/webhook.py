@@ -1,0 +1,65 @@
+"""Generic JSON webhook: the ops agent's endpoint, or anything that takes a POST of the incident."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+from loguru import logger
+
+from core.types import Incident
+
+
+def incident_payload(incident: Incident, event: str, *, link: str | None = None) -> dict[str, Any]:
+    return {
+        "event": f"incident.{event}",
+        "incident": incident.model_dump(mode="json"),
+        "link": link,
+    }
+
+
+class WebhookNotifier:
+    """POSTs `incident_payload` as JSON; retries with backoff; returns False after the last failure."""
+
+    name = "webhook"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 5.0,
+        attempts: int = 3,
+        backoff_s: float = 0.5,
+        public_url: str | None = None,
+        client: httpx.Client | None = None,
+        sleep=time.sleep,
+    ) -> None:
+        self.url = url
+        self.attempts = max(1, attempts)
+        self.backoff_s = backoff_s
+        self.public_url = public_url.rstrip("/") if public_url else None
+        self._client = client or httpx.Client(timeout=timeout_s)
+        self._sleep = sleep
+
+    def notify(self, incident: Incident, event: str) -> bool:
+        link = f"{self.public_url}/v1/incidents/{incident.id}" if self.public_url else None
+        body = incident_payload(incident, event, link=link)
+        last = ""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                response = self._client.post(self.url, json=body)
+                if response.status_code < 300:
+                    logger.bind(incident=incident.id).info("webhook {} accepted {}", self.url, event)
+                    return True
+                last = f"HTTP {response.status_code}: {response.text[:200]}"
+                if 400 <= response.status_code < 500 and response.status_code != 429:
+                    break  # the receiver refuses this body; retrying will not change its mind
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            if attempt < self.attempts:
+                self._sleep(self.backoff_s * 2 ** (attempt - 1))
+        logger.bind(incident=incident.id).error(
+            "webhook {} failed after {} attempt(s): {}", self.url, attempt, last
+        )
+        return False

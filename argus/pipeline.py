@@ -1,0 +1,148 @@
+"""One pass of the loop: collectors -> signals -> detectors -> findings -> incidents -> notifications.
+
+A collector that cannot reach its source is recorded as down and the others carry on; a detector that
+fails is logged with its name and the loop carries on. What each source last said is kept for the API's
+health route, so `argus serve` can say what it cannot reach.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from loguru import logger
+
+from core.errors import ArgusError
+from core.ports import Collector, Detector, Notifier
+from core.types import Finding, Incident, Signal, utcnow
+
+
+@dataclass
+class SourceStatus:
+    name: str
+    ok: bool | None = None  # None: not polled yet
+    last_ok_at: datetime | None = None
+    last_error: str | None = None
+    last_error_at: datetime | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "last_ok_at": self.last_ok_at.isoformat() if self.last_ok_at else None,
+            "last_error": self.last_error,
+            "last_error_at": self.last_error_at.isoformat() if self.last_error_at else None,
+        }
+
+
+@dataclass
+class TickResult:
+    started_at: datetime
+    duration_s: float
+    signals: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    opened: list[Incident] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+class IncidentSink:
+    """What the pipeline needs of the store."""
+
+    def record_finding(self, finding: Finding) -> tuple[Incident, bool]: ...  # pragma: no cover
+
+
+class Pipeline:
+    def __init__(
+        self,
+        *,
+        collectors: Sequence[Collector],
+        detectors: Sequence[Detector],
+        store: IncidentSink,
+        notifiers: Sequence[Notifier] = (),
+        clock: Callable[[], datetime] = utcnow,
+        on_opened: Callable[[Incident, Finding], None] | None = None,
+    ) -> None:
+        self.collectors = list(collectors)
+        self.detectors = list(detectors)
+        self.store = store
+        self.notifiers = list(notifiers)
+        self._clock = clock
+        self._on_opened = on_opened
+        self._lock = threading.Lock()  # one tick at a time, whoever calls it
+        self.sources = {c.name: SourceStatus(c.name) for c in self.collectors}
+        self.last_tick: TickResult | None = None
+        self.ticks = 0
+
+    def run_once(self) -> TickResult:
+        with self._lock:
+            started, t0 = self._clock(), time.monotonic()
+            result = TickResult(started_at=started, duration_s=0.0)
+            signals = self._collect(result)
+            result.signals = len(signals)
+            for finding in self._detect(signals, result):
+                result.findings.append(finding)
+                self._record(finding, result)
+            result.duration_s = time.monotonic() - t0
+            self.last_tick, self.ticks = result, self.ticks + 1
+            return result
+
+    def _collect(self, result: TickResult) -> list[Signal]:
+        signals: list[Signal] = []
+        for collector in self.collectors:
+            status = self.sources[collector.name]
+            try:
+                signals.extend(collector.collect())
+            except ArgusError as exc:
+                self._mark_down(status, str(exc), result)
+            except Exception as exc:  # a bug in one collector must not stop the loop
+                logger.opt(exception=exc).error("collector {} failed", collector.name)
+                self._mark_down(status, f"{type(exc).__name__}: {exc}", result)
+            else:
+                if status.ok is False:
+                    logger.info("source {} is reachable again", collector.name)
+                status.ok, status.last_ok_at = True, self._clock()
+        return signals
+
+    def _mark_down(self, status: SourceStatus, message: str, result: TickResult) -> None:
+        if status.ok is not False or status.last_error != message:
+            logger.warning("source {} unavailable: {}", status.name, message)
+        status.ok, status.last_error, status.last_error_at = False, message, self._clock()
+        result.errors[status.name] = message
+
+    def _detect(self, signals: list[Signal], result: TickResult) -> list[Finding]:
+        findings: list[Finding] = []
+        for detector in self.detectors:
+            try:
+                findings.extend(detector.detect(signals))
+            except Exception as exc:
+                logger.opt(exception=exc).error("detector {} failed", detector.name)
+                result.errors[f"detector:{detector.name}"] = f"{type(exc).__name__}: {exc}"
+        return findings
+
+    def _record(self, finding: Finding, result: TickResult) -> None:
+        incident, created = self.store.record_finding(finding)
+        log = logger.bind(incident=incident.id, category=incident.category.value)
+        if not created:
+            log.debug("finding folded into incident ({} occurrences)", incident.occurrences)
+            return
+        log.warning("incident opened: {}", incident.summary)
+        result.opened.append(incident)
+        if self._on_opened is not None:
+            self._on_opened(incident, finding)
+        for notifier in self.notifiers:
+            try:
+                notifier.notify(incident, "opened")
+            except Exception as exc:  # the Notifier contract says never raise; a broken one must not stop us
+                log.opt(exception=exc).error("notifier {} raised", notifier.name)
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "sources": [s.as_dict() for s in self.sources.values()],
+            "ticks": self.ticks,
+            "last_tick_at": self.last_tick.started_at.isoformat() if self.last_tick else None,
+            "last_tick_duration_s": round(self.last_tick.duration_s, 3) if self.last_tick else None,
+        }

@@ -1,0 +1,43 @@
+"""The one place that builds objects from Settings and wires them together.
+
+Registered in explicit lists: adding a collector, detector or notifier is one line here.
+"""
+
+from __future__ import annotations
+
+from argus.notify.webhook import WebhookNotifier
+from argus.pipeline import Pipeline
+from collectors.ray_state import RayStateCollector
+from core.ports import Collector, Detector, Notifier
+from core.settings import Settings
+from detectors.lost_node import LostNodeDetector
+
+
+def build_collectors(settings: Settings) -> list[Collector]:
+    return [RayStateCollector(settings.ray_dashboard_url, timeout_s=settings.request_timeout_s)]
+
+
+def build_detectors(settings: Settings) -> list[Detector]:
+    return [LostNodeDetector(lookback_s=settings.lost_node_lookback_s)]
+
+
+def build_notifiers(settings: Settings, *, public_url: str | None = None) -> list[Notifier]:
+    return [
+        WebhookNotifier(url, timeout_s=settings.request_timeout_s, public_url=public_url)
+        for url in settings.webhook_urls
+    ]
+
+
+def open_store(settings: Settings):
+    from argus.store.store import Store  # SQLAlchemy and Alembic load only for commands that use the store
+
+    return Store(settings.effective_database_url)
+
+
+def build_pipeline(settings: Settings, store, *, public_url: str | None = None, **overrides) -> Pipeline:
+    return Pipeline(
+        collectors=overrides.get("collectors") or build_collectors(settings),
+        detectors=overrides.get("detectors") or build_detectors(settings),
+        store=store,
+        notifiers=overrides.get("notifiers") or build_notifiers(settings, public_url=public_url),
+    )

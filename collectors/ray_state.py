@@ -1,0 +1,188 @@
+"""Ray cluster state: nodes, jobs and which job has work on which node, as Signals.
+
+Reads Ray's state API (the dashboard on the head). Which jobs ran on a node is remembered between
+polls, because once a node is DEAD its actors are gone from the live view and we still want to name
+the jobs that lost ranks there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from loguru import logger
+
+from core.errors import SourceUnavailable
+from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
+
+_LIMIT = 10_000
+_HINT = (
+    "check that the Ray head is up and that ARGUS_RAY_DASHBOARD_URL points at its dashboard "
+    "(http://<head>:8265 by default)"
+)
+
+
+def _ms_to_dt(ms: Any) -> datetime | None:
+    if not ms:
+        return None
+    try:
+        return datetime.fromtimestamp(float(ms) / 1000.0, tz=timezone.utc)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
+def _field(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+class RayStateCollector:
+    """Collects NODE_STATE and JOB_STATE signals from one Ray cluster."""
+
+    name = "ray_state"
+
+    def __init__(
+        self,
+        dashboard_url: str,
+        *,
+        timeout_s: float = 10.0,
+        state_api: Any = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.dashboard_url = dashboard_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._api = state_api
+        self._clock = clock
+        # node_id -> {job_id: job summary}; survives the node's death so findings can name the jobs.
+        self._placement: dict[str, dict[str, dict[str, Any]]] = {}
+        self._dead_seen: set[str] = set()
+
+    def _state_api(self) -> Any:
+        if self._api is None:
+            from ray.util import state  # imported late: it is heavy and the API process may not need it
+
+            self._api = state
+        return self._api
+
+    def _call(self, fn_name: str, **kwargs: Any) -> list[Any]:
+        api = self._state_api()
+        try:
+            return list(
+                getattr(api, fn_name)(
+                    address=self.dashboard_url,
+                    timeout=max(1, int(self.timeout_s)),
+                    limit=_LIMIT,
+                    raise_on_missing_output=False,
+                    **kwargs,
+                )
+            )
+        except Exception as exc:  # Ray raises several unrelated types here; all mean "not reachable"
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SourceUnavailable("Ray state API", self.dashboard_url, cause[:300], hint=_HINT) from exc
+
+    def collect(self) -> list[Signal]:
+        now = self._clock()
+        nodes = self._call("list_nodes", detail=True)
+        jobs = self._call("list_jobs")
+        actors = self._call("list_actors", filters=[("state", "=", "ALIVE")])
+
+        job_info = {str(_field(j, "job_id")): self._job_summary(j) for j in jobs if _field(j, "job_id")}
+        live: dict[str, dict[str, dict[str, Any]]] = {}
+        for actor in actors:
+            node_id, job_id = _field(actor, "node_id"), _field(actor, "job_id")
+            if node_id and job_id:
+                live.setdefault(node_id, {})[job_id] = job_info.get(job_id) or {"job_id": job_id}
+        for job in job_info.values():
+            driver = job.get("driver_node_id")
+            if driver and job.get("status") in {"RUNNING", "PENDING"}:
+                live.setdefault(driver, {})[job["job_id"]] = job
+
+        signals: list[Signal] = []
+        for node in nodes:
+            node_id = str(_field(node, "node_id"))
+            state = str(_field(node, "state"))
+            if state == "ALIVE":
+                self._placement[node_id] = live.get(node_id, {})
+                self._dead_seen.discard(node_id)
+            elif state == "DEAD" and node_id not in self._dead_seen:
+                self._dead_seen.add(node_id)
+                self._placement.setdefault(node_id, {}).update(self._jobs_of_dead_node(node_id, job_info))
+            signals.append(self._node_signal(node, node_id, state, now))
+        for job in job_info.values():
+            signals.append(
+                Signal(
+                    kind=SignalKind.JOB_STATE,
+                    source="ray.jobs",
+                    subject=Subject(
+                        kind=SubjectKind.JOB,
+                        id=job.get("submission_id") or job["job_id"],
+                        name=job.get("entrypoint"),
+                    ),
+                    observed_at=now,
+                    text=job.get("message"),
+                    attrs=job,
+                )
+            )
+        return signals
+
+    def _jobs_of_dead_node(self, node_id: str, job_info: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Jobs whose actors were on a node that just died: Ray still lists those actors, now DEAD."""
+        try:
+            actors = self._call("list_actors", filters=[("node_id", "=", node_id)])
+        except SourceUnavailable as exc:
+            logger.warning("could not list actors of dead node {}: {}", node_id, exc)
+            return {}
+        found: dict[str, dict[str, Any]] = {}
+        for actor in actors:
+            job_id = _field(actor, "job_id")
+            if job_id:
+                found[job_id] = job_info.get(job_id) or {"job_id": job_id}
+        return found
+
+    def _node_signal(self, node: Any, node_id: str, state: str, now: datetime) -> Signal:
+        ip = _field(node, "node_ip")
+        jobs = sorted(self._placement.get(node_id, {}).values(), key=lambda j: j.get("job_id", ""))
+        end = _ms_to_dt(_field(node, "end_time_ms"))
+        start = _ms_to_dt(_field(node, "start_time_ms"))
+        return Signal(
+            kind=SignalKind.NODE_STATE,
+            source="ray.state",
+            subject=Subject(kind=SubjectKind.NODE, id=node_id, name=ip),
+            observed_at=now,
+            text=_field(node, "state_message"),
+            attrs={
+                "state": state,
+                "node_ip": ip,
+                "node_name": _field(node, "node_name"),
+                "is_head_node": bool(_field(node, "is_head_node")),
+                "state_message": _field(node, "state_message"),
+                "start_time": start.isoformat() if start else None,
+                "end_time": end.isoformat() if end else None,
+                "resources_total": dict(_field(node, "resources_total") or {}),
+                "labels": dict(_field(node, "labels") or {}),
+                "jobs": jobs,
+            },
+        )
+
+    @staticmethod
+    def _job_summary(job: Any) -> dict[str, Any]:
+        driver = _field(job, "driver_info")
+        driver_node = _field(job, "driver_node_id") or (_field(driver, "node_id") if driver else None)
+        start = _ms_to_dt(_field(job, "start_time"))
+        end = _ms_to_dt(_field(job, "end_time"))
+        status = _field(job, "status")
+        status = getattr(status, "value", status)  # an enum in the SDK, a string over REST
+        return {
+            "job_id": str(_field(job, "job_id")),
+            "submission_id": _field(job, "submission_id"),
+            "status": str(status) if status else None,
+            "entrypoint": _field(job, "entrypoint"),
+            "driver_node_id": driver_node,
+            "message": _field(job, "message"),
+            "error_type": _field(job, "error_type"),
+            "start_time": start.isoformat() if start else None,
+            "end_time": end.isoformat() if end else None,
+            "metadata": dict(_field(job, "metadata") or {}),
+        }

@@ -1,0 +1,58 @@
+from datetime import datetime, timedelta, timezone
+
+from core.types import Category, Severity, Signal, SignalKind, Subject, SubjectKind
+from detectors.lost_node import LostNodeDetector
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+
+
+def node(node_id: str, state: str, *, died: datetime | None = None, jobs=(), head=False) -> Signal:
+    return Signal(
+        kind=SignalKind.NODE_STATE,
+        source="ray.state",
+        subject=Subject(kind=SubjectKind.NODE, id=node_id, name="10.0.0.7"),
+        observed_at=NOW,
+        attrs={
+            "state": state,
+            "node_ip": "10.0.0.7",
+            "is_head_node": head,
+            "state_message": "Unexpected termination: health check failed due to missing too many heartbeats"
+            if state == "DEAD"
+            else None,
+            "end_time": died.isoformat() if died else None,
+            "jobs": list(jobs),
+        },
+    )
+
+
+def test_dead_node_names_ip_reason_and_jobs():
+    job = {"job_id": "02000000", "submission_id": "raysubmit_abc", "status": "RUNNING", "entrypoint": "python ppo.py"}
+    d = LostNodeDetector(clock=lambda: NOW)
+    [f] = d.detect([node("n1", "DEAD", died=NOW - timedelta(seconds=2), jobs=[job])])
+    assert f.category is Category.NODE_LOST and f.subject.id == "n1"
+    assert "10.0.0.7" in f.summary and "missing too many heartbeats" in f.summary and "raysubmit_abc" in f.summary
+    assert f.severity is Severity.CRITICAL
+    assert f.attrs["jobs"][0]["submission_id"] == "raysubmit_abc"
+    assert f.first_seen == NOW - timedelta(seconds=2)
+    assert any("raysubmit_abc" in e.text for e in f.evidence)
+
+
+def test_reported_once_per_node_and_alive_nodes_ignored():
+    d = LostNodeDetector(clock=lambda: NOW)
+    assert d.detect([node("n0", "ALIVE")]) == []
+    assert len(d.detect([node("n1", "DEAD", died=NOW)])) == 1
+    assert d.detect([node("n1", "DEAD", died=NOW)]) == []
+    assert len(d.detect([node("n2", "DEAD", died=NOW)])) == 1
+
+
+def test_old_deaths_are_history_and_fingerprint_is_stable():
+    d = LostNodeDetector(lookback_s=60, clock=lambda: NOW)
+    assert d.detect([node("old", "DEAD", died=NOW - timedelta(hours=2))]) == []
+    [a] = LostNodeDetector(clock=lambda: NOW).detect([node("n1", "DEAD", died=NOW)])
+    [b] = LostNodeDetector(clock=lambda: NOW + timedelta(minutes=5)).detect([node("n1", "DEAD", died=NOW)])
+    assert a.fingerprint == b.fingerprint
+
+
+def test_idle_node_death_is_a_warning():
+    [f] = LostNodeDetector(clock=lambda: NOW).detect([node("n1", "DEAD", died=NOW)])
+    assert f.severity is Severity.WARNING and "no jobs" in f.summary
