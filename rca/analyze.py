@@ -1,0 +1,95 @@
+"""`argus analyze`'s logic: read one log in bounded memory, match the rules, classify.
+
+Works on any file: binary bytes are decoded as UTF-8 with replacement, CRLF and a missing final newline
+are fine, and a single huge line is cut while it is read, so memory stays bounded by the longest kept
+line, not the file.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+from detectors.engine import MAX_LINE_CHARS, RuleMatch, RuleSet
+from rca.classify import classify
+
+READ_CHUNK = 64 * 1024
+# UTF-8 needs at most 4 bytes a character, so a line cut at this many bytes still decodes to more than
+# MAX_LINE_CHARS characters and the rule engine sees (and reports) that it was cut.
+MAX_LINE_BYTES = 4 * MAX_LINE_CHARS + 4
+# Matches kept per rule: the earliest ones decide the cause; the rest would only cost memory.
+KEEP_PER_RULE = 20
+
+
+def iter_lines(stream: IO[bytes] | IO[str]) -> Iterator[str]:
+    """Lines of a binary (or text) stream without line endings, each at most MAX_LINE_BYTES long."""
+    pending = bytearray()
+    dropping = False  # inside a line already cut: skip to its end
+    while True:
+        chunk = stream.read(READ_CHUNK)
+        if not chunk:
+            break
+        if isinstance(chunk, str):
+            chunk = chunk.encode("utf-8", errors="surrogateescape")
+        start = 0
+        while start < len(chunk):
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end < 0 else chunk[start:end]
+            if not dropping:
+                room = MAX_LINE_BYTES - len(pending)
+                pending += piece[:room]
+                if len(piece) > room:
+                    dropping = True
+            if end < 0:
+                break
+            yield _decode(pending)
+            pending.clear()
+            dropping = False
+            start = end + 1
+    if pending or dropping:
+        yield _decode(pending)
+
+
+def _decode(raw: bytes | bytearray) -> str:
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    return bytes(raw).decode("utf-8", errors="replace")
+
+
+def _as_text(lines: Iterable[bytes | str]) -> Iterator[str]:
+    for line in lines:
+        yield _decode(line) if isinstance(line, bytes | bytearray) else line
+
+
+def analyze_lines(name: str, lines: Iterable[bytes | str], rules: RuleSet) -> dict[str, Any]:
+    """Classify one log. `name` is how the log is reported (its path, or "-" for stdin)."""
+    kept: dict[str, list[RuleMatch]] = defaultdict(list)
+    counter = _Counter(_as_text(lines))
+    for match in rules.scan(counter, source=name):
+        bucket = kept[match.rule.reason]
+        if len(bucket) < KEEP_PER_RULE:
+            bucket.append(match)
+    matches = sorted((m for bucket in kept.values() for m in bucket), key=lambda m: m.line_no)
+    result = classify(matches, lines_scanned=counter.count)
+    return {
+        "path": name,
+        "category": result.category.value,
+        "summary": result.summary,
+        "evidence": [{"line": line, "text": text} for _, line, text in result.evidence],
+        "confidence": result.confidence,
+        "recommended_action": result.recommended_action,
+    }
+
+
+class _Counter:
+    """Passes lines through and counts them, for the summary of a log where nothing matched."""
+
+    def __init__(self, lines: Iterable[str]) -> None:
+        self._lines = lines
+        self.count = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self._lines:
+            self.count += 1
+            yield line

@@ -1,0 +1,107 @@
+"""Deterministic classification: from rule matches to one category, a summary and bounded evidence.
+
+The cause is the highest-priority permanent match (a lost node or an OOM outranks the NCCL errors it
+causes on the surviving ranks); among equals, the first in time wins, because later errors are
+usually consequences. Temporary matches alone only suggest a category, with lower confidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePath
+
+from core.types import Category
+from detectors.engine import MAX_LINE_CHARS, RuleMatch
+
+MAX_EVIDENCE = 10
+MAX_EVIDENCE_CHARS = 500
+UNKNOWN_CONFIDENCE = 0.1
+TEMPORARY_ONLY_FACTOR = 0.6
+TEMPORARY_ONLY_CAP = 0.5
+CORROBORATION_STEP = 0.02
+CORROBORATION_MAX = 0.04
+MAX_CONFIDENCE = 0.99
+UNKNOWN_ACTION = (
+    "No known failure signature matched: read the last lines of the log and the Ray dashboard; if this is a "
+    "new kind of failure, add a rule for it under detectors/rules/."
+)
+
+
+@dataclass(frozen=True)
+class Classification:
+    category: Category
+    reason: str | None
+    summary: str
+    evidence: list[tuple[str, int, str]] = field(default_factory=list)  # (source, line, text)
+    confidence: float = 0.0
+    recommended_action: str | None = None
+
+
+def classify(matches: Sequence[RuleMatch], *, lines_scanned: int | None = None) -> Classification:
+    if not matches:
+        scanned = f" in {lines_scanned} lines" if lines_scanned is not None else ""
+        return Classification(
+            category=Category.UNKNOWN,
+            reason=None,
+            summary=f"No known failure signature was found{scanned}.",
+            evidence=[],
+            confidence=UNKNOWN_CONFIDENCE,
+            recommended_action=UNKNOWN_ACTION,
+        )
+
+    ordered = sorted(enumerate(matches), key=lambda im: (-im[1].rule.priority, im[1].line_no, im[0]))
+    permanent = [m for _, m in ordered if m.rule.permanent]
+    pool = permanent or [m for _, m in ordered]
+    winner = pool[0]
+    rule = winner.rule
+
+    same_category = {m.rule.reason for m in pool if m.rule.category is rule.category} - {rule.reason}
+    if permanent:
+        boost = min(CORROBORATION_MAX, CORROBORATION_STEP * len(same_category))
+        confidence = min(MAX_CONFIDENCE, rule.confidence + boost)
+    else:
+        confidence = min(TEMPORARY_ONLY_CAP, rule.confidence * TEMPORARY_ONLY_FACTOR)
+
+    return Classification(
+        category=rule.category,
+        reason=rule.reason,
+        summary=_summary(winner, matches, permanent=bool(permanent)),
+        evidence=_evidence(winner, matches),
+        confidence=round(confidence, 2),
+        recommended_action=rule.action,
+    )
+
+
+def clip_text(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _evidence(winner: RuleMatch, matches: Sequence[RuleMatch]) -> list[tuple[str, int, str]]:
+    """The winning line first, then lines backing the same category, then the rest, in time order."""
+    ordered = sorted(matches, key=lambda m: (m.rule.category is not winner.rule.category, m.line_no))
+    rows: list[tuple[str, int, str]] = []
+    seen: set[tuple[str, int]] = set()
+    for m in [winner, *ordered]:
+        key = (m.source, m.line_no)
+        if key in seen:
+            continue
+        seen.add(key)
+        text = clip_text(m.text)
+        if m.truncated:
+            text += f" [line cut at {MAX_LINE_CHARS} characters before matching]"
+        rows.append((m.source, m.line_no, text))
+        if len(rows) >= MAX_EVIDENCE:
+            break
+    return rows
+
+
+def _summary(winner: RuleMatch, matches: Sequence[RuleMatch], *, permanent: bool) -> str:
+    rule = winner.rule
+    what = rule.description or f"{rule.reason} matched."
+    where = f"First sign at line {winner.line_no} of {PurePath(winner.source).name or winner.source}."
+    others = sorted({m.rule.reason for m in matches} - {rule.reason})
+    tail = f" Also matched: {', '.join(others)}." if others else ""
+    hedge = "" if permanent else " Only warning-level signs were found; the job may not have failed from this."
+    return f"{rule.category.value}: {what} {where}{tail}{hedge}"
