@@ -15,7 +15,7 @@ from loguru import logger
 _ROUTED = ("ray", "uvicorn", "uvicorn.error", "uvicorn.access", "apscheduler", "alembic", "asyncssh", "httpx")
 FORMAT = (
     "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> <level>{level: <7}</level> "
-    "<cyan>{name}</cyan> {message}{extra_str}"
+    "<cyan>{name}</cyan> {message}{extra[extra_str]}"
 )
 
 
@@ -25,7 +25,10 @@ class _InterceptHandler(logging.Handler):
             level: str | int = logger.level(record.levelname).name
         except ValueError:
             level = record.levelno
-        logger.opt(depth=6, exception=record.exc_info).log(level, record.getMessage())
+        # show the library's logger name (e.g. uvicorn.error), not the frame loguru would guess
+        logger.patch(lambda r: r.update(name=record.name)).opt(exception=record.exc_info).log(
+            level, record.getMessage()
+        )
 
 
 def _extra_str(record: dict) -> bool:
