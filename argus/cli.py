@@ -76,15 +76,18 @@ def serve(
 
 
 def _incident_rows(items) -> Table:
-    table = Table("id", "state", "category", "severity", "subject", "first seen", "summary", expand=True)
+    table = Table(expand=True)
+    table.add_column("id", no_wrap=True, min_width=16)
+    for column in ("state", "category", "subject", "first seen (UTC)"):
+        table.add_column(column, overflow="fold")
+    table.add_column("summary", overflow="fold", ratio=1)
     for i in items:
         table.add_row(
             i.id,
-            i.state.value,
+            f"{i.state.value}\n{i.severity.value}",
             i.category.value,
-            i.severity.value,
             f"{i.subject.kind.value} {i.subject.name or i.subject.id}",
-            i.first_seen.strftime("%Y-%m-%d %H:%M:%S"),
+            i.first_seen.strftime("%m-%d %H:%M:%S"),
             i.summary,
         )
     return table
@@ -191,6 +194,7 @@ def _register_plugins() -> None:
 
 
 def main() -> None:
+    setup_logging("WARNING")  # read commands stay quiet; `serve` sets the configured level
     try:
         _register_plugins()
         app()

@@ -1,0 +1,1 @@
+"""Collectors observe the outside world (Ray state, DCGM exporters, Prometheus, logs) and emit Signals."""

@@ -1,0 +1,1 @@
+"""Detectors turn Signals into Findings: log rules loaded from YAML, and stateful detectors."""

@@ -1,0 +1,1 @@
+"""Root-cause analysis: deterministic classification of evidence (and, where configured, an LLM narrative)."""
