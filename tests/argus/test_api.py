@@ -1,0 +1,81 @@
+"""The API over a real SQLite store: listing, filters, malformed and hostile input, a loop whose Ray is down."""
+
+from datetime import datetime, timezone
+
+import pytest
+from fastapi.testclient import TestClient
+
+from argus.api.app import create_app
+from argus.pipeline import Pipeline
+from argus.store.store import Store
+from collectors.ray_state import RayStateCollector
+from core.types import Category, Evidence, Finding, Severity, Subject, SubjectKind
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(f"sqlite:///{tmp_path / 'argus.db'}")
+    yield s
+    s.close()
+
+
+def lost(node_id: str, summary: str = "Ray node 10.0.0.7 died") -> Finding:
+    return Finding(
+        category=Category.NODE_LOST,
+        reason="RayNodeDead",
+        subject=Subject(kind=SubjectKind.NODE, id=node_id, name="10.0.0.7"),
+        summary=summary,
+        severity=Severity.CRITICAL,
+        evidence=(Evidence(source="ray.state", text="state=DEAD"),),
+        first_seen=datetime(2026, 11, 22, tzinfo=timezone.utc),
+    )
+
+
+def test_list_filter_and_show(store):
+    a, _ = store.record_finding(lost("n1"))
+    store.record_finding(lost("n2"))
+    client = TestClient(create_app(store=store))
+    body = client.get("/v1/incidents").json()
+    assert len(body["items"]) == 2
+    assert client.get("/v1/incidents", params={"subject": "n1"}).json()["items"][0]["id"] == a.id
+    assert client.get("/v1/incidents", params={"category": "gpu_oom"}).json()["items"] == []
+    assert len(client.get("/v1/incidents", params={"limit": 1}).json()["items"]) == 1
+    one = client.get(f"/v1/incidents/{a.id}").json()
+    assert one["incident"]["category"] == "node_lost" and one["findings"][0]["reason"] == "RayNodeDead"
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"limit": 0}, {"limit": 5000}, {"offset": -1}, {"category": "bogus"}, {"state": "exploded"},
+     {"since": "yesterday"}, {"subject": "x" * 10_000}],
+)
+def test_malformed_queries_are_422_with_reasons(store, params):
+    response = TestClient(create_app(store=store)).get("/v1/incidents", params=params)
+    assert response.status_code == 422
+    body = response.json()
+    assert body["error"] == "InvalidRequest" and body["problems"]
+
+
+def test_unknown_and_hostile_ids(store):
+    client = TestClient(create_app(store=store))
+    missing = client.get("/v1/incidents/inc-000000000000")
+    assert missing.status_code == 404 and missing.json()["hint"]
+    assert client.get("/v1/incidents/" + "a" * 5000).status_code == 400
+    for hostile in ["'; DROP TABLE incidents; --", "../../etc/passwd", "%00", "inc-\u202e"]:
+        assert client.get(f"/v1/incidents/{hostile}").status_code in {400, 404}
+    assert client.get("/v1/incidents").status_code == 200  # the table is still there
+
+
+def test_api_stays_up_and_names_what_it_cannot_reach(store):
+    pipeline = Pipeline(
+        collectors=[RayStateCollector("http://127.0.0.1:9", timeout_s=1)], detectors=[], store=store
+    )
+    result = pipeline.run_once()
+    assert "ray_state" in result.errors
+    client = TestClient(create_app(store=store, health_provider=pipeline.health))
+    health = client.get("/v1/health").json()
+    assert health["status"] == "degraded" and health["unreachable"] == ["ray_state"]
+    [source] = health["sources"]
+    assert "cannot reach Ray state API at http://127.0.0.1:9" in source["last_error"]
+    assert client.get("/v1/incidents").status_code == 200
+    assert client.get("/openapi.json").status_code == 200
