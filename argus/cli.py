@@ -180,8 +180,6 @@ def demo(
 ) -> None:
     """Bring up a local Ray cluster and its monitoring, kill a worker, and show Argus detect it."""
     from argus.demo import run_demo
-
-    setup_logging("WARNING")
     raise typer.Exit(run_demo(work_dir=work_dir, keep=keep, console=out))
 
 

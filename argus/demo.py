@@ -10,6 +10,7 @@ Everything it started is stopped on the way out, also on Ctrl-C.
 from __future__ import annotations
 
 import shutil
+import sys
 import textwrap
 import threading
 import time
@@ -19,10 +20,11 @@ from pathlib import Path
 import httpx
 from rich.console import Console
 from rich.panel import Panel
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
 from core.errors import ArgusError
+from core.logging import setup_logging
 from core.settings import load_settings
 
 JOB_SCRIPT = '''
@@ -45,9 +47,7 @@ for i in range(100000):
 
 
 def _progress(console: Console) -> Progress:
-    return Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=False
-    )
+    return Progress(SpinnerColumn(finished_text="[green]✓[/]"), TextColumn("{task.description}"), console=console)
 
 
 def _wait(what: str, check, timeout: float, interval: float = 0.2):
@@ -71,6 +71,8 @@ def run_demo(*, work_dir: Path, keep: bool, console: Console) -> int:
     work_dir = work_dir.resolve()
     shutil.rmtree(work_dir, ignore_errors=True)
     work_dir.mkdir(parents=True)
+    # the console belongs to the demo's table; Argus's own log goes to a file beside the stack's logs
+    setup_logging("ERROR", work_dir / "argus.log")
     install_exit_handlers()
     console.rule("[bold]Argus demo: a lost node, end to end")
     try:
@@ -113,11 +115,13 @@ def run_demo(*, work_dir: Path, keep: bool, console: Console) -> int:
 
             step = progress.add_task("submitting a job with a rank on worker 1", total=None)
             submission_id = _submit_job(cluster.dashboard_url, work_dir)
-            _wait("the job's rank on worker 1", lambda: _rank_alive(cluster.dashboard_url), timeout=120)
+            _wait("the job's rank on worker 1", lambda: _rank_alive(cluster.dashboard_url, submission_id), timeout=120)
             progress.update(step, description=f"job {submission_id} is training", total=1, completed=1)
 
             step = progress.add_task("reading GPU and Ray metrics through Prometheus", total=None)
-            series = _wait("DCGM and Ray series in Prometheus", lambda: _metric_counts(prometheus.url), timeout=60)
+            expected = {"gpus": 4 * len(sims), "ray_nodes": len(cluster.nodes)}
+            series = _wait("DCGM and Ray series in Prometheus",
+                           lambda: _metric_counts(prometheus.url, expected), timeout=60)
             progress.update(step, description=f"Prometheus has {series['gpus']} simulated GPUs and "
                             f"{series['ray_nodes']} Ray nodes", total=1, completed=1)
 
@@ -147,7 +151,7 @@ def run_demo(*, work_dir: Path, keep: bool, console: Console) -> int:
     finally:
         with console.status("stopping everything the demo started"):
             REGISTRY.stop_all()
-        console.print(f"stopped; logs kept under {work_dir}")
+        console.print(f"stopped; logs kept under {work_dir} (Argus's own: {work_dir / 'argus.log'})")
 
 
 def _report(console, incident, killed_at, detected_wall, delivered, api_items, argus, work_dir) -> None:
@@ -187,27 +191,34 @@ def _submit_job(dashboard_url: str, work_dir: Path) -> str:
     script.write_text(JOB_SCRIPT)
     client = JobSubmissionClient(dashboard_url)
     return client.submit_job(
-        entrypoint=f"python {script}",
+        entrypoint=f"{sys.executable} {script}",  # the interpreter that has Ray, not whatever `python` is
         submission_id=f"demo-{datetime.now(timezone.utc):%H%M%S}",
         entrypoint_resources={"worker2": 0.1},  # the driver on worker 2, its rank on worker 1
         metadata={"owner": "demo"},
     )
 
 
-def _rank_alive(dashboard_url: str) -> bool:
+def _rank_alive(dashboard_url: str, submission_id: str) -> bool:
+    from ray.job_submission import JobStatus, JobSubmissionClient
     from ray.util.state import list_actors
+
+    info = JobSubmissionClient(dashboard_url).get_job_info(submission_id)
+    if info.status in {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.SUCCEEDED}:
+        raise ArgusError(f"the demo job {submission_id} ended early: {info.status}: {info.message}")
 
     filters = [("class_name", "=", "Trainer"), ("state", "=", "ALIVE")]
     return bool(list_actors(address=dashboard_url, filters=filters, raise_on_missing_output=False))
 
 
-def _metric_counts(prometheus_url: str) -> dict[str, int] | None:
+def _metric_counts(prometheus_url: str, expected: dict[str, int]) -> dict[str, int] | None:
     from prometheus_api_client import PrometheusConnect
 
     prom = PrometheusConnect(url=prometheus_url, disable_ssl=True)
-    gpus = len(prom.custom_query("DCGM_FI_DEV_GPU_UTIL"))
-    ray_nodes = len(prom.custom_query("ray_node_mem_total"))
-    return {"gpus": gpus, "ray_nodes": ray_nodes} if gpus and ray_nodes else None
+    counts = {
+        "gpus": len(prom.custom_query("DCGM_FI_DEV_GPU_UTIL")),
+        "ray_nodes": len(prom.custom_query("count by (instance) (ray_node_mem_total)")),
+    }
+    return counts if counts == expected else None
 
 
 class _ArgusUnderTest:
