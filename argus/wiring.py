@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from argus.notify.webhook import WebhookNotifier
 from argus.pipeline import Pipeline
+from collectors.prometheus import PrometheusClient, PrometheusTargetsCollector
 from collectors.ray_state import RayStateCollector
 from core.ports import Collector, Detector, Notifier
 from core.settings import Settings
@@ -14,7 +15,11 @@ from detectors.lost_node import LostNodeDetector
 
 
 def build_collectors(settings: Settings) -> list[Collector]:
-    return [RayStateCollector(settings.ray_dashboard_url, timeout_s=settings.request_timeout_s)]
+    collectors: list[Collector] = [RayStateCollector(settings.ray_dashboard_url, timeout_s=settings.request_timeout_s)]
+    if settings.prometheus_url:
+        client = PrometheusClient(settings.prometheus_url, timeout_s=settings.request_timeout_s)
+        collectors.append(PrometheusTargetsCollector(client))
+    return collectors
 
 
 def build_detectors(settings: Settings) -> list[Detector]:

@@ -81,6 +81,7 @@ def test_serve_stays_up_without_ray_and_says_so(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}
     env.update({"ARGUS_DATA_DIR": str(tmp_path), "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9",
+                "ARGUS_PROMETHEUS_URL": "http://127.0.0.1:9",
                 "ARGUS_POLL_INTERVAL_S": "0.5", "ARGUS_REQUEST_TIMEOUT_S": "1"})
     proc = subprocess.Popen([*ARGUS, "serve", "--port", str(port)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -89,15 +90,17 @@ def test_serve_stays_up_without_ray_and_says_so(tmp_path):
         while time.monotonic() < deadline:
             try:
                 health = httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=2).json()
-                if health["unreachable"]:
+                if len(health["unreachable"]) == 2:
                     break
             except httpx.HTTPError:
                 pass
             time.sleep(0.3)
-        assert health and health["status"] == "degraded" and health["unreachable"] == ["ray_state"]
+        assert health and health["status"] == "degraded"
+        assert health["unreachable"] == ["ray_state", "prometheus"]
         assert httpx.get(f"http://127.0.0.1:{port}/v1/incidents", timeout=5).status_code == 200
     finally:
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, output
-    assert "cannot reach Ray state API" in output and "Traceback" not in output
+    assert "cannot reach Ray state API" in output and "cannot reach Prometheus" in output
+    assert "Traceback" not in output
