@@ -10,12 +10,14 @@ import yaml
 from loguru import logger
 
 from argus.localstack.binaries import require
-from argus.localstack.ports import free_port
-from argus.localstack.process import ManagedProcess, run_check
+from argus.localstack.process import run_check
+from argus.localstack.service import HttpService
 from core.errors import SourceUnavailable
 
 
-class Alertmanager:
+class Alertmanager(HttpService):
+    _label = "Alertmanager"
+
     def __init__(
         self,
         work_dir: Path,
@@ -28,29 +30,13 @@ class Alertmanager:
         repeat_interval: str = "1h",
         alertmanager_bin: str | None = None,
     ) -> None:
-        self.work_dir = Path(work_dir)
-        self.host = host
-        self._port = port
+        super().__init__(work_dir, host=host, port=port)
         self.webhook_url = webhook_url
         self.group_wait = group_wait
         self.group_interval = group_interval
         self.repeat_interval = repeat_interval
         self.alertmanager_bin = alertmanager_bin
         self.config_path = self.work_dir / "alertmanager.yml"
-        self.process: ManagedProcess | None = None
-
-    def __repr__(self) -> str:
-        return f"Alertmanager({self.url if self.process else 'not started'})"
-
-    @property
-    def port(self) -> int:
-        if not self._port:
-            raise RuntimeError("Alertmanager has no port before start()")
-        return self._port
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     def config(self) -> dict[str, Any]:
         return {
@@ -67,13 +53,11 @@ class Alertmanager:
         }
 
     def start(self, timeout: float = 60.0) -> Alertmanager:
-        if self.process is not None and self.process.running():
+        if self._running():
             return self
         binary = self.alertmanager_bin or require("prometheus-alertmanager", "prometheus-alertmanager")
         amtool = require("amtool", "prometheus-alertmanager")
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        if not self._port:
-            self._port = free_port()
+        self._prepare()
         self.config_path.write_text(yaml.safe_dump(self.config(), sort_keys=False))
         run_check(
             [amtool, "check-config", str(self.config_path)],
@@ -88,18 +72,9 @@ class Alertmanager:
             "--cluster.listen-address=",  # empty: no gossip port to collide with other instances
             f"--web.external-url=http://{self.host}:{self._port}/",
         ]
-        self.process = ManagedProcess("alertmanager", argv, log_path=self.work_dir / "alertmanager.log")
-        self.process.start()
-        try:
-            self.process.wait_ready(self._ready, timeout, f"{self.url}/-/ready to answer 200")
-        except BaseException:
-            self.stop()
-            raise
+        self._launch_http("alertmanager", argv, timeout)
         logger.info("Alertmanager up at {} sending to {}", self.url, self.webhook_url)
         return self
-
-    def _ready(self) -> bool:
-        return httpx.get(f"{self.url}/-/ready", timeout=2).status_code == 200
 
     def alerts(self) -> list[dict[str, Any]]:
         """The alerts Alertmanager holds now (GET /api/v2/alerts)."""
@@ -112,13 +87,3 @@ class Alertmanager:
 
     def log_paths(self) -> list[Path]:
         return [self.work_dir / "alertmanager.log", self.config_path]
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
-
-    def __enter__(self) -> Alertmanager:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -20,15 +20,17 @@ import yaml
 from loguru import logger
 
 from argus.localstack.binaries import require
-from argus.localstack.ports import free_port
-from argus.localstack.process import ManagedProcess, StackTimeout, run_check
+from argus.localstack.process import StackTimeout, run_check
+from argus.localstack.service import HttpService
 from core.errors import ConfigError, SourceUnavailable
 
 # Ray rewrites its SD file through a symlink, which file watchers miss; re-read it on this interval.
 _SD_REFRESH = "2s"
 
 
-class Prometheus:
+class Prometheus(HttpService):
+    _label = "Prometheus"
+
     def __init__(
         self,
         work_dir: Path,
@@ -44,9 +46,7 @@ class Prometheus:
         alert_resend_delay: str = "1s",
         prometheus_bin: str | None = None,
     ) -> None:
-        self.work_dir = Path(work_dir)
-        self.host = host
-        self._port = port
+        super().__init__(work_dir, host=host, port=port)
         self.scrape_interval = scrape_interval
         self.evaluation_interval = evaluation_interval
         self.alert_resend_delay = alert_resend_delay
@@ -58,20 +58,6 @@ class Prometheus:
         self.config_path = self.work_dir / "prometheus.yml"
         self.targets_dir = self.work_dir / "targets"
         self.rules_dir = self.work_dir / "rules"
-        self.process: ManagedProcess | None = None
-
-    def __repr__(self) -> str:
-        return f"Prometheus({self.url if self.process else 'not started'})"
-
-    @property
-    def port(self) -> int:
-        if not self._port:
-            raise RuntimeError("Prometheus has no port before start()")
-        return self._port
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     def config(self) -> dict[str, Any]:
         scrape: list[dict[str, Any]] = []
@@ -109,15 +95,13 @@ class Prometheus:
         return cfg
 
     def start(self, timeout: float = 60.0) -> Prometheus:
-        if self.process is not None and self.process.running():
+        if self._running():
             return self
         binary = self.prometheus_bin or require("prometheus", "prometheus")
         promtool = require("promtool", "prometheus")
-        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._prepare()
         self.targets_dir.mkdir(exist_ok=True)
         self.rules_dir.mkdir(exist_ok=True)
-        if not self._port:
-            self._port = free_port()
         self.config_path.write_text(yaml.safe_dump(self.config(), sort_keys=False))
         run_check(
             [promtool, "check", "config", str(self.config_path)],
@@ -135,18 +119,9 @@ class Prometheus:
             f"--rules.alert.resend-delay={self.alert_resend_delay}",
             f"--web.external-url=http://{self.host}:{self._port}/",
         ]
-        self.process = ManagedProcess("prometheus", argv, log_path=self.work_dir / "prometheus.log")
-        self.process.start()
-        try:
-            self.process.wait_ready(self._ready, timeout, f"{self.url}/-/ready to answer 200")
-        except BaseException:
-            self.stop()
-            raise
+        self._launch_http("prometheus", argv, timeout)
         logger.info("Prometheus up at {}", self.url)
         return self
-
-    def _ready(self) -> bool:
-        return httpx.get(f"{self.url}/-/ready", timeout=2).status_code == 200
 
     def reload(self) -> None:
         """Re-read the config and rule files (POST /-/reload)."""
@@ -208,13 +183,3 @@ class Prometheus:
 
     def log_paths(self) -> list[Path]:
         return [self.work_dir / "prometheus.log", self.config_path, self.rules_dir, self.targets_dir]
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
-
-    def __enter__(self) -> Prometheus:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

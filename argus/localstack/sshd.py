@@ -15,8 +15,8 @@ from pathlib import Path
 from loguru import logger
 
 from argus.localstack.binaries import require
-from argus.localstack.ports import free_port
-from argus.localstack.process import ManagedProcess, run_check
+from argus.localstack.process import run_check
+from argus.localstack.service import LocalService
 from core.errors import ArgusError
 
 
@@ -36,11 +36,12 @@ def _keygen(ssh_keygen: str, path: Path, comment: str) -> None:
         )
 
 
-class Sshd:
+class Sshd(LocalService):
+    _label = "Sshd"
+    _stop_grace = 5.0
+
     def __init__(self, work_dir: Path, *, host: str = "127.0.0.1", port: int = 0, sshd_bin: str | None = None):
-        self.work_dir = Path(work_dir)
-        self.host = host
-        self._port = port
+        super().__init__(work_dir, host=host, port=port)
         self.sshd_bin = sshd_bin
         self.host_key = self.work_dir / "ssh_host_ed25519_key"
         self.client_key = self.work_dir / "id_ed25519"
@@ -48,16 +49,9 @@ class Sshd:
         self.known_hosts = self.work_dir / "known_hosts"
         self.config_path = self.work_dir / "sshd_config"
         self.pid_file = self.work_dir / "sshd.pid"
-        self.process: ManagedProcess | None = None
 
     def __repr__(self) -> str:
         return f"Sshd({self.host}:{self._port or '?'})"
-
-    @property
-    def port(self) -> int:
-        if not self._port:
-            raise RuntimeError("Sshd has no port before start()")
-        return self._port
 
     @property
     def user(self) -> str:
@@ -91,13 +85,11 @@ class Sshd:
         return "\n".join(lines) + "\n"
 
     def start(self, timeout: float = 30.0) -> Sshd:
-        if self.process is not None and self.process.running():
+        if self._running():
             return self
         sshd = self.sshd_bin or require("sshd", "openssh-server")
         ssh_keygen = require("ssh-keygen", "openssh-client")
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        if not self._port:
-            self._port = free_port()
+        self._prepare()
         _keygen(ssh_keygen, self.host_key, "argus-localstack-host")
         _keygen(ssh_keygen, self.client_key, "argus-localstack-client")
         self.authorized_keys.write_text(self.client_key.with_suffix(".pub").read_text())
@@ -113,13 +105,8 @@ class Sshd:
         run_check([sshd, "-t", "-f", str(self.config_path)], f"sshd config {self.config_path}",
                   "fix the generated sshd_config or the sshd installation")
         argv = [sshd, "-D", "-e", "-f", str(self.config_path)]
-        self.process = ManagedProcess("sshd", argv, log_path=self.work_dir / "sshd.log")
-        self.process.start()
-        try:
-            self.process.wait_ready(self._banner, timeout, f"an SSH banner on {self.host}:{self.port}")
-        except BaseException:
-            self.stop()
-            raise
+        self._launch("sshd", argv, self.work_dir / "sshd.log", self._banner,
+                     f"an SSH banner on {self.host}:{self.port}", timeout)
         logger.info("sshd up at {}:{} for user {}", self.host, self.port, self.user)
         return self
 
@@ -129,13 +116,3 @@ class Sshd:
 
     def log_paths(self) -> list[Path]:
         return [self.work_dir / "sshd.log", self.config_path]
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop(grace=5.0)
-
-    def __enter__(self) -> Sshd:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
