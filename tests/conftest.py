@@ -140,11 +140,12 @@ def tmp_workdir() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def ray_cluster(stack_dir: Path) -> Iterator[RayCluster]:
-    """Head (0 CPUs) on 127.0.0.2 and workers 1, 2 on 127.0.0.3/.4, fast health checks (node DEAD in ~1 s).
+    """Head (0 CPUs) on 127.0.0.2; workers 1, 2 on 127.0.0.3/.4 advertising 4 GPUs each (no real GPUs);
+    fast health checks (node DEAD in ~1 s).
 
     Shared by the whole session: a test that kills a worker uses `ray_faults`, which restarts it.
     """
-    cluster = RayCluster(stack_dir / "ray", fast_health_check=True)
+    cluster = RayCluster(stack_dir / "ray", fast_health_check=True, worker_gpus=4)
     # Registered before start: if start fails, the failing test still gets the `ray start` logs.
     _LIVE["ray_cluster"] = cluster
     cluster.start(timeout=180)  # stops what it started when it fails

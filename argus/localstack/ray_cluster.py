@@ -117,6 +117,8 @@ class RayCluster:
         head_ip: str = "127.0.0.2",
         worker_ips: tuple[str, ...] | list[str] = ("127.0.0.3", "127.0.0.4"),
         head_env: dict[str, str] | None = None,
+        worker_env: dict[str, str] | None = None,
+        worker_gpus: int = 0,
         fast_health_check: bool = True,
         ray_bin: str | None = None,
         keep_temp_dirs: bool = False,
@@ -125,6 +127,10 @@ class RayCluster:
         self.head_ip = head_ip
         self.worker_ips = tuple(worker_ips)
         self.head_env = dict(head_env or {})
+        # e.g. RAY_memory_usage_threshold: set on workers only, since every node sees the whole host's memory
+        self.worker_env = dict(worker_env or {})
+        # advertised GPU resources (no real GPUs here): lets jobs request num_gpus and Argus map GPUs to jobs
+        self.worker_gpus = worker_gpus
         self.fast_health_check = fast_health_check
         self.ray_bin = ray_bin
         self.keep_temp_dirs = keep_temp_dirs
@@ -284,13 +290,14 @@ class RayCluster:
             f"--address={self.gcs_address}",
             f"--node-ip-address={ip}",
             "--num-cpus=1",
+            f"--num-gpus={self.worker_gpus}",
             f"--resources={json.dumps({'worker': 1, f'worker{i}': 1})}",
             f"--metrics-export-port={metrics}",
             f"--dashboard-agent-listen-port={agent}",
             f"--temp-dir={temp_dir}",
         ]  # fmt: skip
         log = self.base_dir / f"worker{i}{'-' + suffix if suffix else ''}.log"
-        proc = ManagedProcess(f"ray-worker{i}", argv, log_path=log, env=_COMMON_ENV)
+        proc = ManagedProcess(f"ray-worker{i}", argv, log_path=log, env={**_COMMON_ENV, **self.worker_env})
         node = RayNode("worker", i, ip, temp_dir, metrics, agent, proc)
         self._workers[i] = node
         proc.start()
