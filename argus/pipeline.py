@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from loguru import logger
 
+from argus.correlate import Correlator, filing_order
 from core.errors import ArgusError
 from core.ports import Collector, Detector, Notifier
 from core.types import Finding, Incident, Signal, utcnow
@@ -49,10 +50,14 @@ class TickResult:
     errors: dict[str, str] = field(default_factory=dict)
 
 
-class IncidentSink:
+class IncidentSink(Protocol):
     """What the pipeline needs of the store."""
 
     def record_finding(self, finding: Finding) -> tuple[Incident, bool]: ...  # pragma: no cover
+
+    def attach_finding(self, incident_id: str, finding: Finding) -> Incident: ...  # pragma: no cover
+
+    def merge_into(self, echo_id: str, root_id: str) -> Incident: ...  # pragma: no cover
 
 
 class Pipeline:
@@ -65,6 +70,7 @@ class Pipeline:
         notifiers: Sequence[Notifier] = (),
         clock: Callable[[], datetime] = utcnow,
         on_opened: Callable[[Incident, Finding], None] | None = None,
+        correlator: Correlator | None = None,
     ) -> None:
         self.collectors = list(collectors)
         self.detectors = list(detectors)
@@ -72,6 +78,7 @@ class Pipeline:
         self.notifiers = list(notifiers)
         self._clock = clock
         self._on_opened = on_opened
+        self.correlator = correlator
         self._lock = threading.Lock()  # one tick at a time, whoever calls it
         self.sources = {c.name: SourceStatus(c.name) for c in self.collectors}
         self.last_tick: TickResult | None = None
@@ -83,7 +90,7 @@ class Pipeline:
             result = TickResult(started_at=started, duration_s=0.0)
             signals = self._collect(result)
             result.signals = len(signals)
-            for finding in self._detect(signals, result):
+            for finding in sorted(self._detect(signals, result), key=filing_order):
                 result.findings.append(finding)
                 self._record(finding, result)
             result.duration_s = time.monotonic() - t0
@@ -124,11 +131,22 @@ class Pipeline:
         return findings
 
     def _record(self, finding: Finding, result: TickResult) -> None:
+        root = self.correlator.root_for(finding) if self.correlator else None
+        if root is not None and root.fingerprint != finding.fingerprint:
+            self.store.attach_finding(root.id, finding)
+            logger.bind(incident=root.id).info(
+                "{} on {} filed as an echo of {} ({})", finding.category.value, finding.subject.id,
+                root.id, root.category.value,
+            )
+            return
         incident, created = self.store.record_finding(finding)
         log = logger.bind(incident=incident.id, category=incident.category.value)
         if not created:
             log.debug("finding folded into incident ({} occurrences)", incident.occurrences)
             return
+        if self.correlator is not None:
+            for echo in self.correlator.echoes_of(incident):
+                self.store.merge_into(echo.id, incident.id)
         log.warning("incident opened: {}", incident.summary)
         result.opened.append(incident)
         if self._on_opened is not None:

@@ -5,6 +5,7 @@ Registered in explicit lists: adding a collector, detector or notifier is one li
 
 from __future__ import annotations
 
+from argus.correlate import Correlator
 from argus.notify.webhook import WebhookNotifier
 from argus.pipeline import Pipeline
 from collectors.prometheus import PrometheusClient, PrometheusTargetsCollector
@@ -45,4 +46,5 @@ def build_pipeline(settings: Settings, store, *, public_url: str | None = None, 
         detectors=overrides.get("detectors") or build_detectors(settings),
         store=store,
         notifiers=overrides.get("notifiers") or build_notifiers(settings, public_url=public_url),
+        correlator=Correlator(store),
     )

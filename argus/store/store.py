@@ -157,6 +157,50 @@ class Store:
                 s.add(_finding_row(finding, row.id, digest))
             return _incident(_saved(s, row)), False
 
+    def attach_finding(self, incident_id: str, finding: Finding) -> Incident:
+        """File `finding` under an existing incident it is an echo of (another fingerprint, same cause).
+
+        The echo counts as an occurrence and is kept as a finding row (within the cap); the incident's
+        category, subject and severity stay those of its root cause.
+        """
+        digest = _finding_digest(finding)
+        with self._session("attaching a finding") as s:
+            row = self._incident_row(s, incident_id, for_update=True)
+            row.occurrences += 1
+            row.last_seen = max(row.last_seen, _utc(finding.detected_at))
+            echoes = dict(row.attrs or {}).get("echoes", [])
+            if finding.fingerprint not in echoes:
+                row.attrs = {**(row.attrs or {}), "echoes": [*echoes, finding.fingerprint][-50:]}
+            known = s.scalars(select(FindingRow.digest).where(FindingRow.incident_id == row.id)).all()
+            if digest not in known and len(known) < self._max_findings:
+                s.add(_finding_row(finding, row.id, digest))
+            return _incident(_saved(s, row))
+
+    def merge_into(self, echo_id: str, root_id: str) -> Incident:
+        """Fold incident `echo_id` into `root_id`: its findings join the root and it is resolved as merged."""
+        if echo_id == root_id:
+            raise InputError(f"cannot merge incident {echo_id} into itself", hint="name two incidents")
+        with self._session("merging incidents") as s:
+            echo = self._incident_row(s, echo_id, for_update=True)
+            root = self._incident_row(s, root_id, for_update=True)
+            known = set(s.scalars(select(FindingRow.digest).where(FindingRow.incident_id == root.id)).all())
+            for f in s.scalars(select(FindingRow).where(FindingRow.incident_id == echo.id).order_by(FindingRow.id)):
+                if f.digest not in known and len(known) < self._max_findings:
+                    known.add(f.digest)
+                    s.add(_finding_row(_finding(f), root.id, f.digest))
+            root.occurrences += echo.occurrences
+            root.first_seen = min(root.first_seen, echo.first_seen)
+            root.last_seen = max(root.last_seen, echo.last_seen)
+            echoes = dict(root.attrs or {}).get("echoes", [])
+            if echo.fingerprint not in echoes:
+                root.attrs = {**(root.attrs or {}), "echoes": [*echoes, echo.fingerprint][-50:]}
+            if echo.state != IncidentState.RESOLVED.value:
+                echo.state = IncidentState.RESOLVED.value
+                echo.resolved_at = self._clock()
+            echo.attrs = {**(echo.attrs or {}), "merged_into": root.id}
+            logger.info("incident {} merged into {} (an echo of its root cause)", echo_id, root_id)
+            return _incident(_saved(s, root))
+
     def get_incident(self, incident_id: str) -> Incident:
         with self._session("reading an incident") as s:
             return _incident(self._incident_row(s, incident_id))

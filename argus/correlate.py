@@ -1,0 +1,85 @@
+"""Correlation: a root cause suppresses its echoes.
+
+When a node dies or a rank runs out of memory, the other ranks of the same job fail next, with NCCL
+errors, collective timeouts and stack traces of their own. Those are echoes: filed under the root
+cause's incident, not opened as new ones. If an echo was seen first (its incident is already open)
+and the root cause arrives later, the echo's incident is merged into the root cause's.
+
+Which job a finding touches: the job it is about (subject kind job), or the jobs named in its attrs
+(`jobs`: the lost-node detector lists the jobs that had work on the node; `submission_id`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from core.types import Category, Finding, Incident, IncidentState, SubjectKind, utcnow
+
+ROOT_CAUSES = frozenset(
+    {Category.GPU_HARDWARE, Category.NODE_LOST, Category.HOST_OOM, Category.GPU_OOM, Category.DISK_FULL}
+)
+ECHOES = frozenset({Category.NCCL_ERROR, Category.NCCL_HANG, Category.USER_ERROR, Category.UNKNOWN})
+
+
+def filing_order(finding: Finding) -> int:
+    """Sort key: in one tick, root causes are filed before the echoes they explain."""
+    return 0 if finding.category in ROOT_CAUSES else 1
+
+
+def jobs_of(subject_kind: SubjectKind, subject_id: str, attrs: dict[str, Any]) -> set[str]:
+    jobs: set[str] = set()
+    if subject_kind is SubjectKind.JOB:
+        jobs.add(subject_id)
+    for job in attrs.get("jobs") or []:
+        if isinstance(job, dict):
+            jobs.update(str(v) for k in ("submission_id", "job_id") if (v := job.get(k)))
+        elif isinstance(job, str):
+            jobs.add(job)
+    if isinstance(attrs.get("submission_id"), str):
+        jobs.add(attrs["submission_id"])
+    return jobs
+
+
+def finding_jobs(finding: Finding) -> set[str]:
+    return jobs_of(finding.subject.kind, finding.subject.id, finding.attrs)
+
+
+def incident_jobs(incident: Incident) -> set[str]:
+    return jobs_of(incident.subject.kind, incident.subject.id, incident.attrs)
+
+
+class Correlator:
+    """Decides where a finding goes; reads open incidents from the store, changes nothing itself."""
+
+    def __init__(self, store: Any, *, window_s: float = 1800.0, clock: Callable[[], datetime] = utcnow) -> None:
+        self.store = store
+        self.window = timedelta(seconds=window_s)
+        self._clock = clock
+
+    def _open(self, categories: frozenset[Category]) -> Iterable[Incident]:
+        since = self._clock() - self.window
+        for state in (IncidentState.OPEN, IncidentState.MITIGATING):
+            for incident in self.store.list_incidents(state=state, since=since, limit=1000):
+                if incident.category in categories:
+                    yield incident
+
+    def root_for(self, finding: Finding) -> Incident | None:
+        """The open root-cause incident this finding is an echo of, if any (the earliest one)."""
+        if finding.category not in ECHOES:
+            return None
+        jobs = finding_jobs(finding)
+        if not jobs:
+            return None
+        roots = [i for i in self._open(ROOT_CAUSES) if incident_jobs(i) & jobs]
+        return min(roots, key=lambda i: i.first_seen) if roots else None
+
+    def echoes_of(self, root: Incident) -> list[Incident]:
+        """Open echo incidents about the jobs a new root-cause incident explains."""
+        if root.category not in ROOT_CAUSES:
+            return []
+        jobs = incident_jobs(root)
+        if not jobs:
+            return []
+        return [i for i in self._open(ECHOES) if i.id != root.id and incident_jobs(i) & jobs]

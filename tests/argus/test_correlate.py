@@ -1,0 +1,113 @@
+"""A root cause suppresses its echoes: real SQLite store, the real pipeline, detectors replaying findings."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from argus.correlate import Correlator
+from argus.pipeline import Pipeline
+from argus.store.store import Store
+from core.types import Category, Evidence, Finding, IncidentState, Subject, SubjectKind
+
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+
+
+class Replay:
+    """A detector that emits the findings it is given, one batch per tick."""
+
+    name = "replay"
+
+    def __init__(self):
+        self.batches: list[list[Finding]] = []
+
+    def detect(self, signals):
+        return self.batches.pop(0) if self.batches else []
+
+
+def job_finding(category: Category, job: str, reason: str, at: datetime = T0) -> Finding:
+    return Finding(
+        category=category,
+        reason=reason,
+        subject=Subject(kind=SubjectKind.JOB, id=job),
+        summary=f"{reason} in {job}",
+        evidence=(Evidence(source=f"jobs/{job}/logs/rank1.log", line=10, text=reason),),
+        first_seen=at,
+        detected_at=at,
+    )
+
+
+def node_lost(node: str, jobs: list[str], at: datetime = T0) -> Finding:
+    return Finding(
+        category=Category.NODE_LOST,
+        reason="RayNodeDead",
+        subject=Subject(kind=SubjectKind.NODE, id=node, name="10.0.0.9"),
+        summary=f"node {node} died",
+        first_seen=at,
+        detected_at=at,
+        attrs={"jobs": [{"submission_id": j, "job_id": "03000000"} for j in jobs]},
+    )
+
+
+@pytest.fixture
+def setup(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'argus.db'}")
+    replay = Replay()
+    now = {"t": T0 + timedelta(seconds=5)}
+    pipeline = Pipeline(
+        collectors=[], detectors=[replay], store=store,
+        correlator=Correlator(store, window_s=1800, clock=lambda: now["t"]),
+    )
+    yield store, replay, pipeline, now
+    store.close()
+
+
+def test_echo_after_root_cause_joins_its_incident(setup):
+    store, replay, pipeline, _ = setup
+    replay.batches = [[node_lost("n1", ["job-a"])], [job_finding(Category.NCCL_ERROR, "job-a", "NcclRemoteError")]]
+    [root] = pipeline.run_once().opened
+    assert pipeline.run_once().opened == []
+    assert [i.id for i in store.list_incidents()] == [root.id]
+    assert {f.reason for f in store.findings_for(root.id)} == {"RayNodeDead", "NcclRemoteError"}
+    assert store.get_incident(root.id).category is Category.NODE_LOST
+
+
+def test_root_cause_after_echo_absorbs_the_echo_incident(setup):
+    store, replay, pipeline, _ = setup
+    replay.batches = [
+        [job_finding(Category.NCCL_HANG, "job-b", "NcclWatchdogTimeout")],
+        [job_finding(Category.GPU_OOM, "job-b", "CudaOutOfMemory")],
+    ]
+    [echo] = pipeline.run_once().opened
+    [root] = pipeline.run_once().opened
+    assert root.category is Category.GPU_OOM
+    merged = store.get_incident(echo.id)
+    assert merged.state is IncidentState.RESOLVED and merged.attrs["merged_into"] == root.id
+    assert {f.reason for f in store.findings_for(root.id)} == {"CudaOutOfMemory", "NcclWatchdogTimeout"}
+    assert [i.id for i in store.list_incidents(state=IncidentState.OPEN)] == [root.id]
+
+
+def test_same_tick_root_cause_wins_whatever_the_order(setup):
+    store, replay, pipeline, _ = setup
+    replay.batches = [[job_finding(Category.NCCL_ERROR, "job-c", "NcclSystemError"),
+                       job_finding(Category.GPU_OOM, "job-c", "CudaOutOfMemory")]]
+    [only] = pipeline.run_once().opened
+    assert only.category is Category.GPU_OOM
+    assert len(store.list_incidents()) == 1
+
+
+def test_unrelated_jobs_and_old_roots_do_not_absorb(setup):
+    store, replay, pipeline, now = setup
+    replay.batches = [[node_lost("n2", ["job-d"])], [job_finding(Category.NCCL_ERROR, "job-e", "NcclSystemError")]]
+    pipeline.run_once()
+    assert len(pipeline.run_once().opened) == 1  # another job: its own incident
+    now["t"] = T0 + timedelta(hours=3)
+    replay.batches = [[job_finding(Category.NCCL_HANG, "job-d", "NcclWatchdogTimeout", at=now["t"])]]
+    assert len(pipeline.run_once().opened) == 1  # the node died hours ago: not this hang's cause
+
+
+def test_merge_refuses_itself(setup):
+    store, replay, pipeline, _ = setup
+    replay.batches = [[node_lost("n3", ["job-f"])]]
+    [root] = pipeline.run_once().opened
+    with pytest.raises(Exception, match="itself"):
+        store.merge_into(root.id, root.id)
