@@ -185,9 +185,11 @@ def demo(
 
 def _register_plugins() -> None:
     from argus.cli_analyze import register as register_analyze
+    from argus.cli_rules import register as register_rules
     from argus.sim.cli import register as register_sim
 
     register_analyze(app)
+    register_rules(app)
     register_sim(app)
 
 

@@ -8,23 +8,29 @@ from __future__ import annotations
 from argus.correlate import Correlator
 from argus.notify.webhook import WebhookNotifier
 from argus.pipeline import Pipeline
+from collectors.metric_rules import MetricRuleCollector
 from collectors.prometheus import PrometheusClient, PrometheusTargetsCollector
 from collectors.ray_state import RayStateCollector
 from core.ports import Collector, Detector, Notifier
 from core.settings import Settings
 from detectors.lost_node import LostNodeDetector
+from detectors.metric_rules import MetricRuleDetector, MetricRuleSet, load_metric_rules
 
 
-def build_collectors(settings: Settings) -> list[Collector]:
+def build_collectors(settings: Settings, metric_rules: MetricRuleSet) -> list[Collector]:
     collectors: list[Collector] = [RayStateCollector(settings.ray_dashboard_url, timeout_s=settings.request_timeout_s)]
     if settings.prometheus_url:
         client = PrometheusClient(settings.prometheus_url, timeout_s=settings.request_timeout_s)
         collectors.append(PrometheusTargetsCollector(client))
+        collectors.append(MetricRuleCollector(client, metric_rules))
     return collectors
 
 
-def build_detectors(settings: Settings) -> list[Detector]:
-    return [LostNodeDetector(lookback_s=settings.lost_node_lookback_s)]
+def build_detectors(settings: Settings, metric_rules: MetricRuleSet) -> list[Detector]:
+    detectors: list[Detector] = [LostNodeDetector(lookback_s=settings.lost_node_lookback_s)]
+    if settings.prometheus_url:
+        detectors.append(MetricRuleDetector(metric_rules))
+    return detectors
 
 
 def build_notifiers(settings: Settings, *, public_url: str | None = None) -> list[Notifier]:
@@ -41,9 +47,10 @@ def open_store(settings: Settings):
 
 
 def build_pipeline(settings: Settings, store, *, public_url: str | None = None, **overrides) -> Pipeline:
+    metric_rules = load_metric_rules(settings.metric_rules_dirs)
     return Pipeline(
-        collectors=overrides.get("collectors") or build_collectors(settings),
-        detectors=overrides.get("detectors") or build_detectors(settings),
+        collectors=overrides.get("collectors") or build_collectors(settings, metric_rules),
+        detectors=overrides.get("detectors") or build_detectors(settings, metric_rules),
         store=store,
         notifiers=overrides.get("notifiers") or build_notifiers(settings, public_url=public_url),
         correlator=Correlator(store),

@@ -40,7 +40,10 @@ class Settings(BaseSettings):
     lost_node_lookback_s: float = Field(
         default=3600.0, ge=0, description="a node that died longer ago than this at start is history"
     )
-    rules_dirs: list[Path] = Field(default_factory=list, description="extra rule folders beside the built-in")
+    rules_dirs: list[Path] = Field(default_factory=list, description="extra log-rule folders beside the built-in")
+    metric_rules_dirs: list[Path] = Field(
+        default_factory=list, description="extra metric-rule folders beside the built-in"
+    )
 
     # who is told
     webhook_urls: list[str] = Field(default_factory=list, description="generic JSON webhooks for incidents")
