@@ -5,20 +5,37 @@ Registered in explicit lists: adding a collector, detector or notifier is one li
 
 from __future__ import annotations
 
+from loguru import logger
+
 from argus.correlate import Correlator
 from argus.notify.webhook import WebhookNotifier
 from argus.pipeline import Pipeline
+from collectors.logs import JobLogsCollector
 from collectors.metric_rules import MetricRuleCollector
+from collectors.offsets import OffsetStore
 from collectors.prometheus import PrometheusClient, PrometheusTargetsCollector
+from collectors.ray_logs import RayLogsCollector
 from collectors.ray_state import RayStateCollector
 from core.ports import Collector, Detector, Notifier
 from core.settings import Settings
+from detectors.engine import load_rules
+from detectors.log_rules import LogRuleDetector
 from detectors.lost_node import LostNodeDetector
 from detectors.metric_rules import MetricRuleDetector, MetricRuleSet, load_metric_rules
 
 
 def build_collectors(settings: Settings, metric_rules: MetricRuleSet) -> list[Collector]:
-    collectors: list[Collector] = [RayStateCollector(settings.ray_dashboard_url, timeout_s=settings.request_timeout_s)]
+    offsets = settings.data_dir / "offsets"
+    collectors: list[Collector] = [
+        RayStateCollector(settings.ray_dashboard_url, timeout_s=settings.request_timeout_s),
+        RayLogsCollector(
+            settings.ray_dashboard_url, OffsetStore(offsets / "ray_logs.json"), timeout_s=settings.request_timeout_s
+        ),
+    ]
+    if (settings.shared_root / "jobs").is_dir():
+        collectors.append(JobLogsCollector(settings.shared_root, OffsetStore(offsets / "job_logs.json")))
+    else:
+        logger.info("no {} folder: job log files on shared storage will not be read", settings.shared_root / "jobs")
     if settings.prometheus_url:
         client = PrometheusClient(settings.prometheus_url, timeout_s=settings.request_timeout_s)
         collectors.append(PrometheusTargetsCollector(client))
@@ -27,7 +44,10 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet) -> list[Co
 
 
 def build_detectors(settings: Settings, metric_rules: MetricRuleSet) -> list[Detector]:
-    detectors: list[Detector] = [LostNodeDetector(lookback_s=settings.lost_node_lookback_s)]
+    detectors: list[Detector] = [
+        LostNodeDetector(lookback_s=settings.lost_node_lookback_s),
+        LogRuleDetector(load_rules(settings.rules_dirs)),
+    ]
     if settings.prometheus_url:
         detectors.append(MetricRuleDetector(metric_rules))
     return detectors

@@ -1,0 +1,167 @@
+"""LogRuleDetector: log lines to findings with rules loaded from a real YAML file in tmp_path.
+
+The last test runs the real JobLogsCollector over real files, so the line numbers in the evidence are
+the ones a person would find in the file.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from collectors.logs import JobLogsCollector
+from collectors.offsets import OffsetStore
+from core.types import Category, Severity, Signal, SignalKind, Subject, SubjectKind, fingerprint_of
+from detectors.engine import RuleSet
+from detectors.log_rules import LogRuleDetector
+
+RULES = """\
+source: [job-logs, worker]
+rules:
+  - reason: CudaOutOfMemory
+    category: gpu_oom
+    type: permanent
+    priority: 70
+    pattern: 'torch\\.(?:cuda\\.)?OutOfMemoryError: CUDA out of memory|RuntimeError: CUDA out of memory'
+    action: resume from the last checkpoint with a smaller micro-batch
+  - reason: CudaOomUnderNccl
+    category: gpu_oom
+    type: permanent
+    priority: 90
+    pattern: 'NCCL error.*CUDA out of memory'
+  - reason: MemoryPressureWarning
+    category: host_oom
+    type: temporary
+    pattern: 'memory usage is high'
+  - reason: KernelOomKill
+    category: host_oom
+    type: permanent
+    pattern: 'Killed process \\d+'
+  - reason: RayletOnly
+    category: node_lost
+    type: permanent
+    source: raylet
+    pattern: 'marked dead'
+"""
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+JOB = Subject(kind=SubjectKind.JOB, id="raysubmit_A")
+
+
+@pytest.fixture
+def rules(tmp_path: Path) -> RuleSet:
+    path = tmp_path / "rules.yaml"
+    path.write_text(textwrap.dedent(RULES))
+    return RuleSet.load([path])
+
+
+def line(text: str, n: int, *, subject: Subject = JOB, stream: str = "job-logs", source: str = "/s/train.log"):
+    return Signal(
+        kind=SignalKind.LOG_LINE, source=source, subject=subject, text=text, line=n, observed_at=NOW,
+        attrs={"stream": stream, "file": source, "truncated": False},
+    )
+
+
+def test_permanent_match_is_one_finding_with_context_and_line_numbers(rules: RuleSet) -> None:
+    detector = LogRuleDetector(rules, context_lines=2, clock=lambda: NOW)
+    signals = [line(f"step {i}", i) for i in range(1, 5)]
+    signals.append(line("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", 5))
+    signals.append(line("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", 6))
+    findings = detector.detect(signals)
+    assert len(findings) == 1
+    (f,) = findings
+    assert (f.category, f.reason, f.subject) == (Category.GPU_OOM, "CudaOutOfMemory", JOB)
+    assert f.severity is Severity.CRITICAL
+    assert [(e.source, e.line, e.text) for e in f.evidence] == [
+        ("/s/train.log", 3, "step 3"),
+        ("/s/train.log", 4, "step 4"),
+        ("/s/train.log", 5, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
+    ]
+    assert f.recommended_action == "resume from the last checkpoint with a smaller micro-batch"
+    assert f.fingerprint == fingerprint_of(Category.GPU_OOM, JOB)
+    assert f.attrs["line"] == 5 and f.attrs["rule_location"].endswith("rules.yaml:3")
+    assert detector.detect([line("RuntimeError: CUDA out of memory", 9)]) == []  # same subject and category
+
+
+def test_fingerprint_is_stable_across_detector_instances(rules: RuleSet) -> None:
+    oom = line("RuntimeError: CUDA out of memory.", 1)
+    first = LogRuleDetector(rules).detect([oom])[0]
+    second = LogRuleDetector(rules).detect([oom])[0]
+    assert first.fingerprint == second.fingerprint
+
+
+def test_each_subject_and_category_gets_its_own_finding(rules: RuleSet) -> None:
+    other = Subject(kind=SubjectKind.JOB, id="raysubmit_B")
+    detector = LogRuleDetector(rules)
+    findings = detector.detect([
+        line("RuntimeError: CUDA out of memory", 1),
+        line("RuntimeError: CUDA out of memory", 1, subject=other, source="/s/b.log"),
+        line("Killed process 4242 (python)", 2),
+    ])
+    assert sorted((f.subject.id, f.category.value) for f in findings) == [
+        ("raysubmit_A", "gpu_oom"), ("raysubmit_A", "host_oom"), ("raysubmit_B", "gpu_oom"),
+    ]
+
+
+def test_highest_priority_rule_names_the_finding(rules: RuleSet) -> None:
+    text = "NCCL error in: ProcessGroupNCCL.cpp:1234, unhandled cuda error, NCCL version 2.18: CUDA out of memory"
+    (f,) = LogRuleDetector(rules).detect([line(text, 7)])
+    assert f.reason == "CudaOomUnderNccl"
+
+
+def test_temporary_match_is_no_finding_but_becomes_evidence(rules: RuleSet) -> None:
+    detector = LogRuleDetector(rules, context_lines=1)
+    assert detector.detect([line("host memory usage is high: 95%", 10), line("step 11", 11)]) == []
+    (f,) = detector.detect([line("Killed process 777 (python) total-vm:1000kB", 12)])
+    assert f.category is Category.HOST_OOM
+    assert [(e.line, e.text) for e in f.evidence] == [
+        (10, "[MemoryPressureWarning] host memory usage is high: 95%"),
+        (11, "step 11"),
+        (12, "Killed process 777 (python) total-vm:1000kB"),
+    ]
+    assert f.attrs["temporary_before"] == ["MemoryPressureWarning"]
+
+
+def test_rules_only_read_their_streams(rules: RuleSet) -> None:
+    node = Subject(kind=SubjectKind.NODE, id="abc123")
+    detector = LogRuleDetector(rules)
+    assert detector.detect([line("node abc was marked dead", 1)]) == []  # a raylet rule, a job log line
+    assert detector.detect([line("RuntimeError: CUDA out of memory", 1, subject=node, stream="raylet")]) == []
+    (f,) = detector.detect([line("node abc was marked dead", 2, subject=node, stream="raylet", source="raylet.out")])
+    assert (f.reason, f.subject) == ("RayletOnly", node)
+
+
+def test_evidence_is_bounded_for_hostile_lines(rules: RuleSet) -> None:
+    detector = LogRuleDetector(rules, evidence_chars=100, context_lines=3)
+    noise = [line("z" * 60_000, i) for i in range(1, 100)]
+    oom = line("RuntimeError: CUDA out of memory " + "q" * 60_000, 100)
+    (f,) = detector.detect(noise + [oom])
+    assert len(f.evidence) == 4
+    assert all(len(e.text) <= 100 + len(" [...]") for e in f.evidence)
+    assert len(f.summary) < 600
+
+
+def test_state_is_bounded(rules: RuleSet) -> None:
+    detector = LogRuleDetector(rules, max_sources=10, max_subjects=10, max_reported=10)
+    for i in range(1000):
+        subject = Subject(kind=SubjectKind.JOB, id=f"job{i}")
+        detector.detect([
+            line("memory usage is high", 1, subject=subject, source=f"/s/{i}.log"),
+            line("RuntimeError: CUDA out of memory", 2, subject=subject, source=f"/s/{i}.log"),
+        ])
+    assert len(detector._context) == 10 and len(detector._temporary) == 10 and len(detector._reported) == 10
+
+
+def test_real_files_through_the_collector(rules: RuleSet, tmp_path: Path) -> None:
+    log = tmp_path / "shared" / "jobs" / "raysubmit_X" / "logs" / "rank3.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("step 1\nstep 2\n  File \"train.py\", line 9, in forward\n"
+                   "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB\n")
+    collector = JobLogsCollector(tmp_path / "shared", OffsetStore(tmp_path / "offsets.json"))
+    (f,) = LogRuleDetector(rules).detect(collector.collect())
+    assert f.subject == Subject(kind=SubjectKind.JOB, id="raysubmit_X")
+    assert (f.evidence[-1].source, f.evidence[-1].line) == (str(log), 4)
+    assert f.attrs["stream"] == "job-logs"
