@@ -80,7 +80,7 @@ def _incident_rows(items) -> Table:
     table.add_column("id", no_wrap=True, min_width=16)
     for column in ("state", "category", "subject", "first seen (UTC)"):
         table.add_column(column, overflow="fold")
-    table.add_column("summary", overflow="fold", ratio=1)
+    table.add_column("summary", overflow="fold", ratio=1, min_width=30)
     for i in items:
         table.add_row(
             i.id,
@@ -88,7 +88,7 @@ def _incident_rows(items) -> Table:
             i.category.value,
             f"{i.subject.kind.value} {i.subject.name or i.subject.id}",
             i.first_seen.strftime("%m-%d %H:%M:%S"),
-            i.summary,
+            i.summary if len(i.summary) <= 160 else i.summary[:159] + "…",
         )
     return table
 
@@ -115,7 +115,8 @@ def incidents_list(
     elif not items:
         out.print("no incidents")
     else:
-        out.print(_incident_rows(items))
+        # below ~120 columns the summary column collapses; a wider line that wraps reads better
+        Console(width=max(out.width, 120)).print(_incident_rows(items))
 
 
 @incidents_app.command("show")

@@ -1,4 +1,4 @@
-"""Correlation: a root cause suppresses its echoes.
+"""Correlation: a root cause suppresses its echoes, and one fault seen twice is one incident.
 
 When a node dies or a rank runs out of memory, the other ranks of the same job fail next, with NCCL
 errors, collective timeouts and stack traces of their own. Those are echoes: filed under the root
@@ -66,13 +66,21 @@ class Correlator:
                     yield incident
 
     def root_for(self, finding: Finding) -> Incident | None:
-        """The open root-cause incident this finding is an echo of, if any (the earliest one)."""
-        if finding.category not in ECHOES:
-            return None
+        """The open incident this finding belongs to under another fingerprint, if any (the earliest).
+
+        An echo belongs to a root cause of the jobs it touches; a root cause belongs to an open incident
+        of the same category about the same jobs (one fault seen twice: Ray's node state and the job's log).
+        """
         jobs = finding_jobs(finding)
         if not jobs:
             return None
-        roots = [i for i in self._open(ROOT_CAUSES) if incident_jobs(i) & jobs]
+        if finding.category in ECHOES:
+            candidates = self._open(ROOT_CAUSES)
+        elif finding.category in ROOT_CAUSES:
+            candidates = self._open(frozenset({finding.category}))
+        else:
+            return None
+        roots = [i for i in candidates if i.fingerprint != finding.fingerprint and incident_jobs(i) & jobs]
         return min(roots, key=lambda i: i.first_seen) if roots else None
 
     def echoes_of(self, root: Incident) -> list[Incident]:

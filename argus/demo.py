@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import textwrap
 import threading
 import time
 from datetime import datetime, timezone
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import httpx
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.progress import Progress, SpinnerColumn, TextColumn
 from rich.table import Table
@@ -130,11 +130,13 @@ def run_demo(*, work_dir: Path, keep: bool, console: Console) -> int:
             killed_at = cluster.kill_worker(1)
             incident = _wait("Argus to open a node_lost incident", argus.first_incident, timeout=120)
             detected_wall = time.time()
+            ray_verdict = _wait("Ray's DEAD verdict in the incident", lambda: argus.ray_verdict(incident.id), timeout=120)
             delivered = receiver.wait_for(lambda r: r["path"].endswith("/argus"), timeout=30)
             progress.update(step, description="incident detected and delivered", total=1, completed=1)
 
         api_items = httpx.get(f"{argus.url}/v1/incidents", timeout=10).json()["items"]
-        _report(console, incident, killed_at, detected_wall, delivered, api_items, argus, work_dir)
+        incident = argus.store.get_incident(incident.id)
+        _report(console, incident, killed_at, detected_wall, ray_verdict, delivered, api_items, argus, work_dir)
         if keep:
             console.print(f"\nThe stack stays up (Argus API {argus.url}, Prometheus {prometheus.url}); Ctrl-C ends it.")
             while True:
@@ -154,24 +156,27 @@ def run_demo(*, work_dir: Path, keep: bool, console: Console) -> int:
         console.print(f"stopped; logs kept under {work_dir} (Argus's own: {work_dir / 'argus.log'})")
 
 
-def _report(console, incident, killed_at, detected_wall, delivered, api_items, argus, work_dir) -> None:
-    died = incident.first_seen.timestamp()
+def _report(console, incident, killed_at, detected_wall, ray_verdict, delivered, api_items, argus, work_dir) -> None:
+    died = ray_verdict.timestamp()
     detected = incident.detected_at.timestamp()
     table = Table(title="Lost node: what happened, seconds after the kill", show_lines=False)
     table.add_column("event")
     table.add_column("t (s)", justify="right")
     table.add_row("worker 1's raylet killed (SIGKILL)", "0.0")
-    table.add_row("Ray declared the node DEAD (its own end time)", f"{died - killed_at:.1f}")
-    table.add_row("Argus opened the incident", f"{detected - killed_at:.1f}")
+    first = sorted([("Ray declared the node DEAD (its own end time)", died),
+                    ("Argus opened the incident", detected)], key=lambda row: row[1])
+    for label, at in first:
+        table.add_row(label, f"{at - killed_at:.1f}")
     table.add_row("notification received by the webhook", f"{detected_wall - killed_at:.1f}")
     console.print(table)
+    findings = argus.store.findings_for(incident.id)
+    seen_by = "\n".join(f"  - {escape(f.reason)}: {escape(_short(f.summary))}" for f in findings)
     console.print(
         Panel(
-            textwrap.dedent(f"""\
-            [bold]{incident.id}[/]  {incident.category.value}  {incident.severity.value}
-            {incident.summary}
-
-            [bold]what to do:[/] {incident.recommended_action}"""),
+            f"[bold]{incident.id}[/]  {incident.category.value}  {incident.severity.value}\n"
+            f"{escape(incident.summary)}\n\n"
+            f"[bold]seen by {len(findings)} finding(s):[/]\n{seen_by}\n\n"
+            f"[bold]what to do:[/] {escape(incident.recommended_action or '')}",
             title="the incident",
         )
     )
@@ -181,6 +186,10 @@ def _report(console, incident, killed_at, detected_wall, delivered, api_items, a
                   "DEAD verdict comes ~12 s after the kill and Argus follows on its next poll.")
     console.print(f"Argus's database: {argus.settings.effective_database_url} "
                   f"(try: ARGUS_DATA_DIR={argus.settings.data_dir} .venv/bin/argus incidents list)")
+
+
+def _short(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _submit_job(dashboard_url: str, work_dir: Path) -> str:
@@ -263,6 +272,13 @@ class _ArgusUnderTest:
             return httpx.get(f"{self.url}/v1/health", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
+
+    def ray_verdict(self, incident_id: str):
+        """When Ray declared the node dead, once the node-state finding has joined the incident."""
+        for finding in self.store.findings_for(incident_id):
+            if finding.reason == "RayNodeDead":
+                return finding.first_seen
+        return None
 
     def first_incident(self):
         from core.types import Category

@@ -59,6 +59,8 @@ class IncidentSink(Protocol):
 
     def merge_into(self, echo_id: str, root_id: str) -> Incident: ...  # pragma: no cover
 
+    def find_open(self, fingerprint: str) -> Incident | None: ...  # pragma: no cover
+
 
 class Pipeline:
     def __init__(
@@ -71,6 +73,7 @@ class Pipeline:
         clock: Callable[[], datetime] = utcnow,
         on_opened: Callable[[Incident, Finding], None] | None = None,
         correlator: Correlator | None = None,
+        needs: dict[str, set[str]] | None = None,
     ) -> None:
         self.collectors = list(collectors)
         self.detectors = list(detectors)
@@ -79,6 +82,8 @@ class Pipeline:
         self._clock = clock
         self._on_opened = on_opened
         self.correlator = correlator
+        # detector name -> collectors whose failure this tick makes its verdict unreliable: it skips the tick
+        self.needs = {name: set(sources) for name, sources in (needs or {}).items()}
         self._lock = threading.Lock()  # one tick at a time, whoever calls it
         self.sources = {c.name: SourceStatus(c.name) for c in self.collectors}
         self.last_tick: TickResult | None = None
@@ -123,6 +128,10 @@ class Pipeline:
     def _detect(self, signals: list[Signal], result: TickResult) -> list[Finding]:
         findings: list[Finding] = []
         for detector in self.detectors:
+            blind = self.needs.get(detector.name, set()) & set(result.errors)
+            if blind:
+                logger.debug("detector {} skips this tick: {} down", detector.name, ", ".join(sorted(blind)))
+                continue
             try:
                 findings.extend(detector.detect(signals))
             except Exception as exc:
@@ -134,6 +143,9 @@ class Pipeline:
         root = self.correlator.root_for(finding) if self.correlator else None
         if root is not None and root.fingerprint != finding.fingerprint:
             self.store.attach_finding(root.id, finding)
+            own = self.store.find_open(finding.fingerprint)
+            if own is not None and own.id != root.id:  # its own incident, opened before the link was known
+                self.store.merge_into(own.id, root.id)
             logger.bind(incident=root.id).info(
                 "{} on {} filed as an echo of {} ({})", finding.category.value, finding.subject.id,
                 root.id, root.category.value,

@@ -19,9 +19,11 @@ from collectors.ray_state import RayStateCollector
 from core.ports import Collector, Detector, Notifier
 from core.settings import Settings
 from detectors.engine import load_rules
+from detectors.job_failure import JobFailureDetector
 from detectors.log_rules import LogRuleDetector
 from detectors.lost_node import LostNodeDetector
 from detectors.metric_rules import MetricRuleDetector, MetricRuleSet, load_metric_rules
+from detectors.stall import StallDetector
 
 
 def build_collectors(settings: Settings, metric_rules: MetricRuleSet) -> list[Collector]:
@@ -44,9 +46,12 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet) -> list[Co
 
 
 def build_detectors(settings: Settings, metric_rules: MetricRuleSet) -> list[Detector]:
+    log_rules = load_rules(settings.rules_dirs)
     detectors: list[Detector] = [
         LostNodeDetector(lookback_s=settings.lost_node_lookback_s),
-        LogRuleDetector(load_rules(settings.rules_dirs)),
+        LogRuleDetector(log_rules),
+        JobFailureDetector(log_rules),
+        StallDetector(min_stall_s=settings.stall_min_s, factor=settings.stall_factor),
     ]
     if settings.prometheus_url:
         detectors.append(MetricRuleDetector(metric_rules))
@@ -74,4 +79,6 @@ def build_pipeline(settings: Settings, store, *, public_url: str | None = None, 
         store=store,
         notifiers=overrides.get("notifiers") or build_notifiers(settings, public_url=public_url),
         correlator=Correlator(store),
+        # no new log lines because the log collectors are down is not a stalled job
+        needs={"stall": {"ray_logs", "job_logs"}},
     )

@@ -85,7 +85,7 @@ class RayStateCollector:
     def collect(self) -> list[Signal]:
         now = self._clock()
         nodes = self._call("list_nodes", detail=True)
-        jobs = self._call("list_jobs")
+        jobs = self._call("list_jobs", detail=True)  # without detail Ray drops start/end times and driver_node_id
         actors = self._call("list_actors", filters=[("state", "=", "ALIVE")])
 
         job_info = {str(_field(j, "job_id")): self._job_summary(j) for j in jobs if _field(j, "job_id")}

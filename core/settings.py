@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     lost_node_lookback_s: float = Field(
         default=3600.0, ge=0, description="a node that died longer ago than this at start is history"
     )
+    stall_min_s: float = Field(default=60.0, gt=0, description="never call a job stalled before this")
+    stall_factor: float = Field(default=3.0, ge=1, description="stalled after this many of its own step times")
     rules_dirs: list[Path] = Field(default_factory=list, description="extra log-rule folders beside the built-in")
     metric_rules_dirs: list[Path] = Field(
         default_factory=list, description="extra metric-rule folders beside the built-in"

@@ -19,12 +19,13 @@ pairs for the most recent `max_reported`.
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from core.types import Evidence, Finding, Signal, SignalKind, utcnow
+from core.types import Category, Evidence, Finding, Signal, SignalKind, Subject, SubjectKind, utcnow
 from detectors.engine import ANY_SOURCE, LogRule, RuleSet
 
 
@@ -90,8 +91,9 @@ class LogRuleDetector:
         return findings
 
     def _on_match(self, signal: Signal, matched: list[LogRule], context: tuple[Signal, ...]) -> Finding | None:
-        subject_key = signal.subject.key()
         permanent = [r for r in matched if r.permanent]
+        subject = _subject_named_in(signal, permanent) or signal.subject
+        subject_key = subject.key()
         if not permanent:
             rule = max(matched, key=lambda r: r.priority)
             events = self._temporary.touch(subject_key, lambda: deque(maxlen=self.temporary_per_subject))
@@ -102,7 +104,7 @@ class LogRuleDetector:
             return None
         self._reported[(subject_key, rule.category)] = True
         earlier = tuple(self._temporary.get(subject_key) or ())
-        return self._finding(rule, signal, context, earlier)
+        return self._finding(rule, signal, subject, context, earlier)
 
     def _evidence(self, signal: Signal, note: str = "") -> Evidence:
         text = signal.text or ""
@@ -116,6 +118,7 @@ class LogRuleDetector:
         self,
         rule: LogRule,
         signal: Signal,
+        subject: Subject,
         context: tuple[Signal, ...],
         earlier: tuple[tuple[LogRule, Signal], ...],
     ) -> Finding:
@@ -125,7 +128,6 @@ class LogRuleDetector:
         where = f"{signal.source}:{signal.line}" if signal.line is not None else signal.source
         text = signal.text or ""
         quoted = text if len(text) <= 300 else text[:297] + "..."
-        subject = signal.subject
         return Finding(
             category=rule.category,
             reason=rule.reason,
@@ -148,3 +150,23 @@ class LogRuleDetector:
                 "temporary_before": [r.reason for r, _ in earlier],
             },
         )
+
+
+# Ray node ids are 28 bytes, written as 56 hex digits ("node_id=...", "node id: ...", "for node ...").
+_RAY_NODE_ID = re.compile(r"(?<![0-9a-fA-F])([0-9a-f]{56})(?![0-9a-fA-F])")
+
+
+def _subject_named_in(signal: Signal, permanent: list[LogRule]) -> Subject | None:
+    """The node a cluster log line is about, when that is not the node that wrote it.
+
+    The GCS on the head logs every other node's death; filed under the head, the finding would blame
+    the wrong node and miss the incident Ray's node state opens for the dead one (same fingerprint).
+    """
+    if signal.subject.kind is not SubjectKind.NODE or not signal.text:
+        return None
+    if not any(r.category is Category.NODE_LOST for r in permanent):
+        return None
+    found = _RAY_NODE_ID.search(signal.text)
+    if found is None or found.group(1) == signal.subject.id:
+        return None
+    return Subject(kind=SubjectKind.NODE, id=found.group(1))

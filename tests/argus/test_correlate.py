@@ -111,3 +111,34 @@ def test_merge_refuses_itself(setup):
     [root] = pipeline.run_once().opened
     with pytest.raises(Exception, match="itself"):
         store.merge_into(root.id, root.id)
+
+
+def test_one_fault_seen_by_state_and_by_log_is_one_incident(setup):
+    store, replay, pipeline, _ = setup
+    replay.batches = [
+        [job_finding(Category.NODE_LOST, "job-g", "RayletTerminatedUnexpectedly")],
+        [node_lost("n4", ["job-g"])],
+        [node_lost("n5", ["job-h"])],
+    ]
+    [first] = pipeline.run_once().opened
+    assert pipeline.run_once().opened == []
+    assert {f.reason for f in store.findings_for(first.id)} == {"RayletTerminatedUnexpectedly", "RayNodeDead"}
+    assert len(pipeline.run_once().opened) == 1  # another node, another job: its own incident
+
+
+def test_a_node_incident_from_the_gcs_log_joins_once_the_jobs_are_known(setup):
+    store, replay, pipeline, _ = setup
+    gcs_line = Finding(
+        category=Category.NODE_LOST, reason="NodeHealthCheckFailed",
+        subject=Subject(kind=SubjectKind.NODE, id="n6"), summary="GCS: node n6 is dead", first_seen=T0,
+    )
+    replay.batches = [
+        [job_finding(Category.NODE_LOST, "job-i", "RayletTerminatedUnexpectedly"), gcs_line],
+        [node_lost("n6", ["job-i"])],  # same fingerprint as the GCS line's incident, and names the job
+    ]
+    opened = pipeline.run_once().opened
+    assert len(opened) == 2  # nothing yet links the node to the job
+    pipeline.run_once()
+    [left] = store.list_incidents(state=IncidentState.OPEN)
+    assert {f.reason for f in store.findings_for(left.id)} == {
+        "RayletTerminatedUnexpectedly", "NodeHealthCheckFailed", "RayNodeDead"}

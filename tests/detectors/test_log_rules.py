@@ -165,3 +165,21 @@ def test_real_files_through_the_collector(rules: RuleSet, tmp_path: Path) -> Non
     assert f.subject == Subject(kind=SubjectKind.JOB, id="raysubmit_X")
     assert (f.evidence[-1].source, f.evidence[-1].line) == (str(log), 4)
     assert f.attrs["stream"] == "job-logs"
+
+
+def test_gcs_line_about_another_node_is_filed_under_that_node():
+    """Real GCS text (Ray 2.60, this machine): the head logs the death of worker b056...; the finding
+    must be about that node, so it shares the fingerprint of Ray's node-state verdict."""
+    from core.types import Signal, SignalKind, Subject, SubjectKind
+    from detectors.engine import load_rules
+    from detectors.log_rules import LogRuleDetector
+
+    dead = "b056380d7039cc26e38e58e948dd18a29be332d4ccee1e52592ea007"
+    head = Subject(kind=SubjectKind.NODE, id="e" * 56, name="127.0.0.2")
+    line = ("[2026-11-22 02:39:53,435 W 11279 11279] (gcs_server) gcs_health_check_manager.cc:88: "
+            f"Node is dead because the health check failed. node_id={dead}")
+    signal = Signal(kind=SignalKind.LOG_LINE, source="ray://127.0.0.2/gcs_server.out", subject=head, text=line,
+                    line=293, attrs={"stream": "gcs"})
+    [finding] = LogRuleDetector(load_rules()).detect([signal])
+    assert finding.subject == Subject(kind=SubjectKind.NODE, id=dead)
+    assert finding.category.value == "node_lost"

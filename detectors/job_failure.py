@@ -1,0 +1,173 @@
+"""Failed jobs: the log rules run over the message Ray keeps for a FAILED job, one finding per job.
+
+When a job fails, Ray's JobInfo `message` holds the tail of the driver's output (the exception with its
+text, e.g. "ray.exceptions.OutOfMemoryError: 1 worker(s) were killed due to the node running low on
+memory"). That tail is often the only evidence left when the job's log files are not collected, or are
+collected late, so this detector classifies it with the same rules as the logs: the highest-priority
+permanent match wins, the first line among equals (later lines are usually consequences). A failure no
+rule explains is still an interruption: it is reported as `unknown` with the message tail as evidence.
+
+Reported once per job while this detector lives. The fingerprint is category + job, the same as the log
+rule detector's, so the same OOM seen in the job's log lines and in its final message is one incident.
+Jobs that ended more than `lookback_s` before they were first seen (history at start-up) are skipped.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+from core.types import (
+    Category,
+    Evidence,
+    Finding,
+    Severity,
+    Signal,
+    SignalKind,
+    SubjectKind,
+    utcnow,
+)
+from detectors.engine import RuleSet
+
+UNMATCHED_REASON = "JobFailed"
+UNMATCHED_ACTION = (
+    "No known failure signature is in the job's final message: read the job's driver log "
+    "(`ray job logs <submission_id>`) and the Ray dashboard; add a rule under detectors/rules/ if this is a "
+    "new kind of failure."
+)
+_EVIDENCE_CHARS = 500
+_TAIL_LINES = 5
+
+
+class JobFailureDetector:
+    name = "job_failure"
+
+    def __init__(
+        self,
+        rules: RuleSet,
+        *,
+        stream: str = "job-logs",
+        report_unmatched: bool = True,
+        lookback_s: float = 3600.0,
+        max_remembered: int = 100_000,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        # The message is the tail of the driver's output, so it is read with the job log stream's rules.
+        self.rules = rules.for_source(stream)
+        self.report_unmatched = report_unmatched
+        self.lookback = timedelta(seconds=lookback_s)
+        self.max_remembered = max_remembered
+        self._clock = clock
+        self._reported: OrderedDict[str, None] = OrderedDict()
+
+    def detect(self, signals: Sequence[Signal]) -> list[Finding]:
+        findings = []
+        for signal in signals:
+            if signal.kind is not SignalKind.JOB_STATE or signal.subject.kind is not SubjectKind.JOB:
+                continue
+            if signal.attrs.get("status") != "FAILED" or signal.subject.id in self._reported:
+                continue
+            self._remember(signal.subject.id)
+            ended = _parse(signal.attrs.get("end_time")) or signal.observed_at
+            if self._clock() - ended > self.lookback:
+                continue
+            finding = self._classify(signal, ended)
+            if finding is not None:
+                findings.append(finding)
+        return findings
+
+    def _remember(self, job_id: str) -> None:
+        self._reported[job_id] = None
+        while len(self._reported) > self.max_remembered:
+            self._reported.popitem(last=False)
+
+    def _classify(self, signal: Signal, ended: datetime) -> Finding | None:
+        message = signal.text or signal.attrs.get("message") or ""
+        lines = message.splitlines()
+        source = f"{signal.source}/{signal.subject.id}/message"
+        matches = [m for m in self.rules.scan(lines, source=source) if m.rule.permanent]
+        if not matches:
+            return self._unmatched(signal, lines, source, ended) if self.report_unmatched else None
+        winner = min(enumerate(matches), key=lambda im: (-im[1].rule.priority, im[1].line_no, im[0]))[1]
+        rule = winner.rule
+        others = sorted({m.rule.reason for m in matches} - {rule.reason})
+        evidence = [_evidence(winner.source, winner.text, winner.line_no, ended)]
+        evidence += [_evidence(m.source, m.text, m.line_no, ended) for m in matches if m is not winner][:5]
+        evidence.append(self._status_evidence(signal, ended))
+        also = f" Also matched: {', '.join(others)}." if others else ""
+        return Finding(
+            category=rule.category,
+            reason=rule.reason,
+            subject=signal.subject,
+            summary=f"Job {signal.subject.id} FAILED: {rule.description or rule.reason} "
+            f"(line {winner.line_no} of Ray's job message: {_clip(winner.text, 300)}).{also}",
+            severity=rule.severity,
+            confidence=rule.confidence,
+            evidence=tuple(evidence),
+            first_seen=ended,
+            detected_at=self._clock(),
+            recommended_action=rule.action,
+            attrs=self._attrs(signal, rule_reason=rule.reason, matched=[m.rule.reason for m in matches]),
+        )
+
+    def _unmatched(self, signal: Signal, lines: list[str], source: str, ended: datetime) -> Finding:
+        first = max(1, len(lines) - _TAIL_LINES + 1)
+        tail = [_evidence(source, text, n, ended) for n, text in enumerate(lines[-_TAIL_LINES:], start=first)]
+        error_type = signal.attrs.get("error_type") or "no error type"
+        return Finding(
+            category=Category.UNKNOWN,
+            reason=UNMATCHED_REASON,
+            subject=signal.subject,
+            summary=f"Job {signal.subject.id} FAILED ({error_type}); no known failure signature in its message: "
+            f"{_clip(lines[-1] if lines else '(empty message)', 300)}",
+            severity=Severity.WARNING,
+            confidence=0.3,
+            evidence=(*tail, self._status_evidence(signal, ended)),
+            first_seen=ended,
+            detected_at=self._clock(),
+            recommended_action=UNMATCHED_ACTION,
+            attrs=self._attrs(signal, rule_reason=None, matched=[]),
+        )
+
+    @staticmethod
+    def _status_evidence(signal: Signal, ended: datetime) -> Evidence:
+        attrs = signal.attrs
+        return Evidence(
+            source=signal.source,
+            text=f"job {signal.subject.id} status=FAILED error_type={attrs.get('error_type')} "
+            f"entrypoint={_clip(str(attrs.get('entrypoint') or ''), 200)}",
+            at=ended,
+        )
+
+    @staticmethod
+    def _attrs(signal: Signal, *, rule_reason: str | None, matched: list[str]) -> dict:
+        attrs = signal.attrs
+        return {
+            "submission_id": attrs.get("submission_id") or signal.subject.id,
+            "job_id": attrs.get("job_id"),
+            "error_type": attrs.get("error_type"),
+            "driver_node_id": attrs.get("driver_node_id"),
+            "end_time": attrs.get("end_time"),
+            "rule": rule_reason,
+            "matched": matched,
+        }
+
+
+def _evidence(source: str, text: str, line: int, at: datetime) -> Evidence:
+    return Evidence(source=source, text=_clip(text, _EVIDENCE_CHARS), line=line, at=at)
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _parse(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+

@@ -1,0 +1,461 @@
+"""Stall detector: a RUNNING job whose progress has stopped, found long before NCCL's 10-minute watchdog.
+
+A hung collective prints nothing: the ranks sit in all_reduce until the c10d timeout (10 min by default)
+and Ray still reports the job RUNNING. What does change is the job's own rhythm: it printed a step every
+N seconds and now prints none. So the detector learns each job's step interval from its log lines and
+fires `nccl_hang` when no progress has come for longer than max(min_stall_s, factor x interval).
+
+What counts as progress, per job:
+- step lines: any of `patterns` (data, not code: "step 12", "global_step=12", verl's "step:12 - ",
+  tqdm bars such as "Epoch 1: 45%|...| 45/100", "iteration 120/1000"). A counter (pattern + the bar's
+  label) advances only on a new high, so the same step printed by eight ranks is one step, and a counter
+  that drops below half its high (a new epoch's bar) starts over.
+- log growth: any new line, but only for jobs that never printed a step line. Once a job prints steps,
+  its steps are the truth: Ray's and libraries' periodic warnings keep coming while a collective hangs.
+  Before its first step a job imports, loads weights and meets its peers, often silently for minutes, so
+  log growth alone is judged against `startup_grace_s` (or factor x the longest silence seen, if longer).
+- GPU activity, where known: the job's GPU utilisation moving by at least `gpu_activity_delta` points.
+  A GPU pinned at 100% (NCCL kernels spin while they wait) or idle at 0% is not progress.
+
+The interval of a counter is the larger of the median of its recent per-step gaps and its last gap, so a
+job whose steps slow down gradually raises its own threshold with each step that still arrives. Lines
+read in one poll share one time, so a batch of k new steps after a gap g counts as k gaps of g/k.
+
+A job is judged only while its last JOB_STATE says RUNNING and only once a log line of it was seen (a job
+whose logs are not collected has no rhythm to lose). The detector returns the finding on every call while
+the stall lasts; progress ends the episode, and `pop_resolved()` hands out the fingerprints that ended.
+The fingerprint names the job and the last progress line, so one stall is one incident across restarts.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from core.errors import ConfigError
+from core.types import (
+    Category,
+    Evidence,
+    Finding,
+    Severity,
+    Signal,
+    SignalKind,
+    Subject,
+    SubjectKind,
+    fingerprint_of,
+    utcnow,
+)
+
+REASON = "TrainingStalled"
+LOG_GROWTH = "log-growth"
+ACTION = (
+    "Find the rank that stopped: dump every rank's Python stack (`py-spy dump --pid <pid>`, or the Ray "
+    "dashboard's stack trace of the job's actors) and look for the one not inside the collective. Keep the "
+    "scene, then stop the job and resubmit it from its last checkpoint; check that rank's node for GPU Xid "
+    "errors, NIC faults or host memory pressure before reusing it."
+)
+
+# Utilisation metrics that say whether a GPU is working; DCGM_FI_PROF_* are ratios (0-1), the rest percent.
+GPU_ACTIVITY_METRICS = frozenset(
+    {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE", "nvml_gpu_util"}
+)
+_JOB_LABELS = ("submission_id", "job", "job_id")
+
+_HISTORY = 16  # per-step gaps kept per counter
+_MIN_GAPS = 2  # below this a counter's interval is unknown
+_MAX_COUNTERS = 64  # per job; a log with ever-new tqdm labels must not grow memory without bound
+_MATCH_CHARS = 8 * 1024  # step markers sit at the start of a line; a 100 MB line is not searched whole
+
+
+@dataclass(frozen=True)
+class ProgressPattern:
+    """One kind of progress line. Named groups: `step` (the counter), `pct` (a bar's percent, used when
+    there is no count) and `label` (which bar, so parallel bars count separately)."""
+
+    name: str
+    pattern: str
+    regex: re.Pattern[str] = field(compare=False, repr=False, default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        try:
+            compiled = re.compile(self.pattern)
+        except re.error as exc:
+            raise ConfigError(
+                f"progress pattern '{self.name}' is not a valid regular expression: {exc}",
+                hint="fix the pattern; named groups step, pct and label are read when present",
+            ) from None
+        object.__setattr__(self, "regex", compiled)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> ProgressPattern:
+        if not isinstance(data, Mapping) or not {"name", "pattern"} <= set(data):
+            raise ConfigError(
+                f"progress pattern {data!r} needs a name and a pattern",
+                hint="write e.g. {name: my_step, pattern: 'it=(?P<step>\\d+)'}",
+            )
+        return cls(str(data["name"]), str(data["pattern"]))
+
+
+# Specific before generic: the first pattern that matches a line decides its counter.
+DEFAULT_PATTERNS: tuple[ProgressPattern, ...] = (
+    # verl's per-step metrics line: "step:12 - actor/entropy:0.5 - ..."
+    ProgressPattern("verl_step", r"(?<![\w/])step:(?P<step>\d+) - "),
+    ProgressPattern("global_step", r"(?i)\bglobal[_ ]step\s*[=:]\s*(?P<step>\d+)"),
+    # Megatron-LM: " iteration      120/    1000 | consumed samples: ..."
+    ProgressPattern("iteration", r"(?i)\biter(?:ation)?\s*[=:]?\s*(?P<step>\d+)\s*/\s*\d+"),
+    # tqdm and Lightning bars: "Epoch 1:  45%|####5     | 45/100 [00:10<00:12, 4.5it/s]"
+    ProgressPattern(
+        "tqdm",
+        r"(?:(?P<label>[A-Za-z][^|:\r\n]{0,60}):\s*)?(?P<pct>\d{1,3})%\|[^|\r\n]{0,200}\|(?:\s*(?P<step>\d+)/)?",
+    ),
+    # Hugging Face Trainer's log dicts: "{'loss': 0.52, 'learning_rate': 1e-05, 'epoch': 0.12}"
+    ProgressPattern("hf_epoch", r"\{'loss': [^}]{0,400}'epoch': (?P<step>\d+(?:\.\d+)?)"),
+    # "step 12", "Step: 12", "step=12/1000", "[step #12]"; not "global_step", "steps 12" or "/step 1"
+    ProgressPattern("step", r"(?i)(?<![\w/])step\s*[=:#]?\s*(?P<step>\d+)\b"),
+)
+
+
+def load_patterns(items: Iterable[Mapping[str, Any] | ProgressPattern]) -> tuple[ProgressPattern, ...]:
+    """Patterns from data (e.g. a YAML list of {name, pattern}); ConfigError on a bad one."""
+    return tuple(p if isinstance(p, ProgressPattern) else ProgressPattern.from_mapping(p) for p in items)
+
+
+@dataclass
+class _Counter:
+    """One progress counter of one job: a step counter or, for jobs without steps, the log itself."""
+
+    high: float | None = None
+    last_at: datetime | None = None
+    last_line: Signal | None = None
+    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=_HISTORY))
+    batch_gap: float | None = None  # the gap before the current poll's batch of lines
+    batch_n: int = 0
+    longest: float | None = None  # the longest silence between two polls that brought lines
+    steps: int = 0
+
+    def interval(self) -> float | None:
+        """max(median of recent gaps, last gap): steps that slow down raise the estimate as they arrive."""
+        if len(self.gaps) < _MIN_GAPS:
+            return None
+        return max(statistics.median(self.gaps), self.gaps[-1])
+
+
+@dataclass
+class _Job:
+    subject: Subject
+    status: str | None = None
+    seen_at: datetime | None = None
+    counters: dict[tuple[str, str], _Counter] = field(default_factory=dict)
+    log: _Counter = field(default_factory=_Counter)
+    gpu_last: dict[str, float] = field(default_factory=dict)
+    gpu_activity_at: datetime | None = None
+    gpu_samples: dict[str, Signal] = field(default_factory=dict)
+    episode: str | None = None  # fingerprint of the stall being reported
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    stalled: bool
+    mode: str
+    last_at: datetime
+    last_line: Signal | None
+    interval: float | None
+    threshold: float
+    steps: int
+
+
+class StallDetector:
+    name = "stall"
+
+    def __init__(
+        self,
+        *,
+        min_stall_s: float = 60.0,
+        factor: float = 3.0,
+        patterns: Sequence[ProgressPattern] | Iterable[Mapping[str, Any]] = DEFAULT_PATTERNS,
+        startup_grace_s: float = 300.0,
+        log_stream: str | None = "job-logs",
+        gpu_activity_delta: float = 10.0,
+        forget_after_s: float = 6 * 3600.0,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        if min_stall_s <= 0 or factor < 1:
+            raise ConfigError(
+                f"stall detector needs min_stall_s > 0 and factor >= 1, got {min_stall_s} and {factor}",
+                hint="the defaults are min_stall_s=60, factor=3",
+            )
+        self.min_stall_s = float(min_stall_s)
+        self.factor = float(factor)
+        self.startup_grace_s = float(startup_grace_s)
+        self.patterns = load_patterns(patterns)
+        self.log_stream = log_stream  # None: every LOG_LINE about a job counts
+        self.gpu_activity_delta = float(gpu_activity_delta)
+        self.forget_after = timedelta(seconds=forget_after_s)
+        self._clock = clock
+        self._jobs: dict[str, _Job] = {}
+        self._resolved: list[str] = []
+
+    # -- the one verb ------------------------------------------------------------------------------
+
+    def detect(self, signals: Sequence[Signal]) -> list[Finding]:
+        now = self._clock()
+        for signal in signals:
+            if signal.kind is SignalKind.JOB_STATE and signal.subject.kind is SubjectKind.JOB:
+                job = self._job(signal.subject)
+                job.subject = signal.subject  # the state collector's subject carries the entrypoint
+                job.status = str(signal.attrs.get("status") or "") or None
+                job.seen_at = now
+            elif signal.kind is SignalKind.LOG_LINE and signal.subject.kind is SubjectKind.JOB:
+                if self.log_stream is None or signal.attrs.get("stream") in (None, self.log_stream):
+                    self._on_line(self._job(signal.subject), signal)
+            elif signal.kind is SignalKind.METRIC and signal.attrs.get("metric") in GPU_ACTIVITY_METRICS:
+                self._on_gpu(signal)
+        return self._judge(now)
+
+    def pop_resolved(self) -> list[str]:
+        """Fingerprints of stall episodes that ended (progress resumed, or the job left RUNNING)."""
+        done, self._resolved = self._resolved, []
+        return done
+
+    # -- reading signals ---------------------------------------------------------------------------
+
+    def _job(self, subject: Subject) -> _Job:
+        job = self._jobs.get(subject.id)
+        if job is None:
+            job = self._jobs[subject.id] = _Job(subject=subject)
+        return job
+
+    def _on_line(self, job: _Job, signal: Signal) -> None:
+        text = (signal.text or "")[:_MATCH_CHARS]
+        at = signal.observed_at
+        job.seen_at = max(job.seen_at or at, at)
+        _advance(job.log, at, signal, value=None)
+        for pattern in self.patterns:
+            matches = list(pattern.regex.finditer(text))
+            if not matches:
+                continue
+            last = matches[-1]  # a tqdm line holds every \r-separated update; the last is the newest
+            groups = last.groupdict()
+            raw = groups.get("step") or groups.get("pct")
+            label = (groups.get("label") or "").strip()
+            # "Epoch 1" and "Epoch 2" bars are one counter that starts over, not 2 counters.
+            key = (pattern.name, re.sub(r"\d+", "#", label))
+            counter = job.counters.get(key)
+            if counter is None:
+                if len(job.counters) >= _MAX_COUNTERS:
+                    oldest = min(job.counters, key=lambda k: job.counters[k].last_at or at)
+                    del job.counters[oldest]
+                counter = job.counters[key] = _Counter()
+            _advance(counter, at, signal, value=float(raw) if raw is not None else None)
+            return
+
+    def _on_gpu(self, signal: Signal) -> None:
+        job_id = _job_of(signal)
+        if job_id is None or job_id not in self._jobs or signal.value is None:
+            return
+        job = self._jobs[job_id]
+        value = signal.value * (100.0 if str(signal.attrs.get("metric", "")).startswith("DCGM_FI_PROF") else 1.0)
+        gpu = signal.subject.id
+        previous = job.gpu_last.get(gpu)
+        job.gpu_last[gpu] = value
+        job.gpu_samples[gpu] = signal
+        if previous is not None and abs(value - previous) >= self.gpu_activity_delta:
+            if job.gpu_activity_at is None or signal.observed_at > job.gpu_activity_at:
+                job.gpu_activity_at = signal.observed_at
+
+    # -- judging -----------------------------------------------------------------------------------
+
+    def _judge(self, now: datetime) -> list[Finding]:
+        findings: list[Finding] = []
+        for job_id in list(self._jobs):
+            job = self._jobs[job_id]
+            if job.seen_at is not None and now - job.seen_at > self.forget_after:
+                self._end_episode(job)
+                del self._jobs[job_id]
+                continue
+            if job.status != "RUNNING":
+                self._end_episode(job)
+                if job.status is not None:
+                    # Finished jobs keep nothing; a resubmission under the same id starts afresh.
+                    job.counters.clear()
+                    job.log = _Counter()
+                    job.gpu_last.clear()
+                    job.gpu_samples.clear()
+                    job.gpu_activity_at = None
+                continue
+            verdict = self._verdict(job, now)
+            if verdict is None or not verdict.stalled:
+                self._end_episode(job)
+                continue
+            finding = self._finding(job, verdict, now)
+            job.episode = finding.fingerprint
+            findings.append(finding)
+        return findings
+
+    def _verdict(self, job: _Job, now: datetime) -> _Verdict | None:
+        if job.log.last_at is None:
+            return None  # no line of this job was ever collected: nothing to judge by
+        if job.counters:
+            counters = list(job.counters.values())
+            mode = "steps"
+        else:
+            counters = [job.log]
+            mode = LOG_GROWTH
+        # Stalled only when every counter is overdue: a fast eval bar must not hide behind a slow step.
+        due: list[tuple[datetime, float, _Counter]] = []
+        for counter in counters:
+            assert counter.last_at is not None
+            threshold = self._threshold(counter, mode)
+            due.append((counter.last_at + timedelta(seconds=threshold), threshold, counter))
+        # The counter due last decides; its interval and threshold are the ones the finding quotes.
+        stall_at, threshold, governing = max(due, key=lambda d: d[0])
+        if job.gpu_activity_at is not None:
+            stall_at = max(stall_at, job.gpu_activity_at + timedelta(seconds=threshold))
+        latest = max(counters, key=lambda c: c.last_at or now)
+        assert latest.last_at is not None
+        return _Verdict(
+            stalled=now > stall_at,
+            mode=mode,
+            last_at=latest.last_at,
+            last_line=latest.last_line,
+            interval=governing.interval() if mode == "steps" else governing.longest,
+            threshold=threshold,
+            steps=sum(c.steps for c in counters),
+        )
+
+    def _threshold(self, counter: _Counter, mode: str) -> float:
+        if mode == LOG_GROWTH:
+            return max(self.startup_grace_s, self.min_stall_s, self.factor * (counter.longest or 0.0))
+        interval = counter.interval()
+        if interval is None:
+            # Too few steps to know the job's rhythm: wait as long as a job at the floor would be allowed.
+            return self.min_stall_s * self.factor
+        return max(self.min_stall_s, self.factor * interval)
+
+    def _end_episode(self, job: _Job) -> None:
+        if job.episode is not None:
+            self._resolved.append(job.episode)
+            job.episode = None
+
+    def _finding(self, job: _Job, v: _Verdict, now: datetime) -> Finding:
+        stalled_s = (now - v.last_at).total_seconds()
+        line = v.last_line
+        where = f"{line.source}:{line.line}" if line is not None and line.line is not None else ""
+        anchor = where or (line.text or "" if line is not None else "") + f"@{v.last_at.isoformat()}"
+        what = "step line" if v.mode == "steps" else "log line"
+        rhythm = (
+            f"its step interval is about {v.interval:.1f} s" if v.interval is not None
+            else "too few steps to know its interval"
+        )
+        summary = (
+            f"Job {job.subject.id} is RUNNING but made no progress for {stalled_s:.0f} s "
+            f"(threshold {v.threshold:.0f} s; {rhythm}); the last {what} was "
+            f"{_quote(line.text if line else None)}. A hung collective is likely: NCCL's watchdog would "
+            "only fire after its timeout (10 min by default)."
+        )
+        rule = (
+            f"max({self.min_stall_s:g} s, {self.factor:g} x interval)" if v.mode == "steps"
+            else f"no step lines yet: max({self.startup_grace_s:g} s start-up grace, {self.factor:g} x longest silence)"
+        )
+        evidence = []
+        if line is not None:
+            text = (line.text or "").strip()
+            text = text if len(text) <= 500 else text[:499] + "…"
+            evidence.append(Evidence(source=line.source, text=text, line=line.line, at=v.last_at))
+        evidence.append(
+            Evidence(
+                source="argus.stall",
+                text=f"no progress for {stalled_s:.0f} s; step interval estimate "
+                f"{'unknown' if v.interval is None else f'{v.interval:.2f} s'} from {v.steps} progress events; "
+                f"stall threshold {v.threshold:.0f} s ({rule})",
+                at=now,
+                value=round(stalled_s, 1),
+            )
+        )
+        for gpu, sample in sorted(job.gpu_samples.items())[:8]:
+            evidence.append(
+                Evidence(
+                    source=sample.source,
+                    text=f"{sample.attrs.get('metric')} of GPU {sample.subject.name or gpu} = {sample.value:g}",
+                    at=sample.observed_at,
+                    value=sample.value,
+                )
+            )
+        gpu_seen = bool(job.gpu_samples)
+        confidence = {"steps": 0.8, LOG_GROWTH: 0.55}[v.mode] + (0.1 if gpu_seen else 0.0)
+        return Finding(
+            category=Category.NCCL_HANG,
+            reason=REASON,
+            subject=job.subject,
+            summary=summary,
+            severity=Severity.CRITICAL,
+            confidence=confidence,
+            evidence=tuple(evidence),
+            first_seen=v.last_at,
+            detected_at=now,
+            recommended_action=ACTION,
+            fingerprint=fingerprint_of(Category.NCCL_HANG, job.subject, f"stall:{anchor}"),
+            attrs={
+                "submission_id": job.subject.id,
+                "mode": v.mode,
+                "stalled_s": round(stalled_s, 1),
+                "step_interval_s": None if v.interval is None else round(v.interval, 3),
+                "threshold_s": round(v.threshold, 1),
+                "last_progress_at": v.last_at.isoformat(),
+                "last_progress_line": line.text if line is not None else None,
+                "last_progress_source": line.source if line is not None else None,
+                "last_progress_line_no": line.line if line is not None else None,
+                "gpus": sorted(job.gpu_samples),
+            },
+        )
+
+
+def _advance(counter: _Counter, at: datetime, line: Signal, *, value: float | None) -> None:
+    """Record one line on a counter; a valueless counter (the log itself) advances on every line."""
+    high = counter.high
+    if value is not None and high is not None and (value == high or high / 2 < value < high):
+        return  # the same or an earlier step, e.g. printed by another rank: no progress
+    if counter.last_at is None:
+        counter.last_at = at
+    elif at > counter.last_at:
+        counter.batch_gap = (at - counter.last_at).total_seconds()
+        counter.batch_n = 1
+        counter.longest = max(counter.longest or 0.0, counter.batch_gap)
+        counter.gaps.append(counter.batch_gap)
+        counter.last_at = at
+    elif counter.batch_gap is not None:
+        # Another step read in the same poll: the batch's gap is shared among its k steps (k gaps of g/k).
+        counter.batch_n += 1
+        share = counter.batch_gap / counter.batch_n
+        for i in range(1, min(counter.batch_n - 1, len(counter.gaps)) + 1):
+            counter.gaps[-i] = share
+        counter.gaps.append(share)
+    counter.high = value
+    counter.last_line = line
+    counter.steps += 1
+
+
+def _job_of(signal: Signal) -> str | None:
+    for key in _JOB_LABELS:
+        value = signal.attrs.get(key)
+        if isinstance(value, str) and value:
+            return value
+    labels = signal.attrs.get("labels")
+    if isinstance(labels, Mapping):
+        for key in _JOB_LABELS:
+            value = labels.get(key)
+            if isinstance(value, str) and value:
+                return value
+    return None
+
+
+def _quote(text: str | None, limit: int = 200) -> str:
+    if not text:
+        return "(none)"
+    text = text.strip()
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")

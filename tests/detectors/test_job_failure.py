@@ -1,0 +1,128 @@
+"""JobFailureDetector on constructed JOB_STATE signals and a rule file written here."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from core.types import Category, Signal, SignalKind, Subject, SubjectKind, fingerprint_of
+from detectors.engine import RuleSet
+from detectors.job_failure import UNMATCHED_REASON, JobFailureDetector
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+RULES = r"""
+source: job-logs
+rules:
+  - reason: RayOomKilled
+    category: host_oom
+    type: permanent
+    priority: 90
+    description: Ray's OOM killer killed a task.
+    pattern: 'ray\.exceptions\.OutOfMemoryError'
+  - reason: CudaOom
+    category: gpu_oom
+    type: permanent
+    priority: 90
+    pattern: 'CUDA out of memory'
+  - reason: PythonTraceback
+    category: user_error
+    type: permanent
+    priority: 20
+    pattern: 'Traceback \(most recent call last\)'
+  - reason: SlowHeartbeat
+    category: node_lost
+    type: temporary
+    priority: 60
+    pattern: 'heartbeat late'
+  - reason: RayletOnly
+    category: node_lost
+    type: permanent
+    priority: 99
+    source: raylet
+    pattern: 'node died'
+"""
+
+OOM_MESSAGE = """Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):
+heartbeat late
+Traceback (most recent call last):
+  File "train.py", line 30, in <module>
+ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.
+Memory on the node (IP: 10.0.0.3, ID: abc) where the task was running was 22.1GB / 23.5GB (0.94)
+node died
+"""
+
+
+@pytest.fixture
+def rules(tmp_path: Path) -> RuleSet:
+    path = tmp_path / "rules.yaml"
+    path.write_text(RULES)
+    return RuleSet.load([path])
+
+
+def job(status: str, message: str | None, sid: str = "raysubmit_1", ended: datetime | None = NOW) -> Signal:
+    return Signal(
+        kind=SignalKind.JOB_STATE,
+        source="ray.jobs",
+        subject=Subject(kind=SubjectKind.JOB, id=sid, name="python train.py"),
+        observed_at=NOW,
+        text=message,
+        attrs={
+            "status": status,
+            "submission_id": sid,
+            "job_id": "02000000",
+            "message": message,
+            "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR" if status == "FAILED" else None,
+            "entrypoint": "python train.py",
+            "end_time": ended.isoformat() if ended else None,
+        },
+    )
+
+
+def test_failed_job_message_is_classified_once(rules: RuleSet) -> None:
+    det = JobFailureDetector(rules, clock=lambda: NOW)
+    [finding] = det.detect([job("FAILED", OOM_MESSAGE)])
+    assert finding.category is Category.HOST_OOM and finding.reason == "RayOomKilled"
+    assert finding.subject.id == "raysubmit_1"
+    first = finding.evidence[0]
+    assert (first.source, first.line) == ("ray.jobs/raysubmit_1/message", 5)
+    assert first.text.startswith("ray.exceptions.OutOfMemoryError")
+    # the lower-priority traceback is kept as evidence; a temporary sign and another stream's rule are not used
+    assert finding.attrs["matched"] == ["PythonTraceback", "RayOomKilled"]
+    assert "RayletOnly" not in finding.attrs["matched"]
+    assert "error_type=JOB_ENTRYPOINT_COMMAND_ERROR" in finding.evidence[-1].text
+    assert finding.fingerprint == fingerprint_of(Category.HOST_OOM, finding.subject)  # as the log rules do
+    assert finding.first_seen == NOW
+    assert det.detect([job("FAILED", OOM_MESSAGE)]) == []
+
+
+def test_first_line_wins_among_equal_priorities(rules: RuleSet) -> None:
+    message = "RuntimeError: CUDA out of memory. Tried to allocate 2 GiB\nray.exceptions.OutOfMemoryError: x\n"
+    [finding] = JobFailureDetector(rules, clock=lambda: NOW).detect([job("FAILED", message)])
+    assert finding.category is Category.GPU_OOM
+
+
+@pytest.mark.parametrize("status", ["RUNNING", "PENDING", "SUCCEEDED", "STOPPED"])
+def test_only_failed_jobs(rules: RuleSet, status: str) -> None:
+    assert JobFailureDetector(rules, clock=lambda: NOW).detect([job(status, OOM_MESSAGE)]) == []
+
+
+def test_unexplained_failure_is_unknown_with_the_tail(rules: RuleSet) -> None:
+    message = "\n".join(f"line {i}" for i in range(1, 11)) + "\nValueError: bad config"
+    [finding] = JobFailureDetector(rules, clock=lambda: NOW).detect([job("FAILED", message)])
+    assert finding.category is Category.UNKNOWN and finding.reason == UNMATCHED_REASON
+    assert "ValueError: bad config" in finding.summary
+    assert [e.line for e in finding.evidence[:-1]] == [7, 8, 9, 10, 11]
+    quiet = JobFailureDetector(rules, report_unmatched=False, clock=lambda: NOW)
+    assert quiet.detect([job("FAILED", message, sid="raysubmit_2")]) == []
+    [empty] = JobFailureDetector(rules, clock=lambda: NOW).detect([job("FAILED", None, sid="raysubmit_3")])
+    assert "(empty message)" in empty.summary
+
+
+def test_failures_older_than_the_lookback_are_history(rules: RuleSet) -> None:
+    det = JobFailureDetector(rules, lookback_s=3600, clock=lambda: NOW)
+    old = job("FAILED", OOM_MESSAGE, ended=NOW - timedelta(hours=2))
+    assert det.detect([old]) == []
+    assert len(det.detect([job("FAILED", OOM_MESSAGE, sid="raysubmit_new", ended=None)])) == 1
