@@ -54,18 +54,20 @@ def serve(
 
     from argus.api.app import create_app
     from argus.daemon import Daemon
+    from argus.exporter import ArgusMetrics
     from argus.wiring import build_pipeline, open_store
 
     settings = _settings(config, api_host=host, api_port=port)
     setup_logging(settings.log_level, settings.data_dir / "logs" / "argus.log")
     store = open_store(settings)
     public = f"http://{settings.api_host}:{settings.api_port}"
-    pipeline = build_pipeline(settings, store, public_url=public)
+    metrics = ArgusMetrics()
+    pipeline = build_pipeline(settings, store, public_url=public, metrics=metrics)
     daemon = Daemon(pipeline, interval_s=settings.poll_interval_s)
     daemon.start()
     try:
         uvicorn.run(
-            create_app(store=store, health_provider=pipeline.health),
+            create_app(store=store, health_provider=pipeline.health, metrics=metrics),
             host=settings.api_host,
             port=settings.api_port,
             log_config=None,  # uvicorn's records go through the loguru intercept set up above

@@ -130,7 +130,8 @@ def run_demo(*, work_dir: Path, keep: bool, console: Console) -> int:
             killed_at = cluster.kill_worker(1)
             incident = _wait("Argus to open a node_lost incident", argus.first_incident, timeout=120)
             detected_wall = time.time()
-            ray_verdict = _wait("Ray's DEAD verdict in the incident", lambda: argus.ray_verdict(incident.id), timeout=120)
+            ray_verdict = _wait("Ray's DEAD verdict in the incident", lambda: argus.ray_verdict(incident.id),
+                                timeout=120)
             delivered = receiver.wait_for(lambda r: r["path"].endswith("/argus"), timeout=30)
             progress.update(step, description="incident detected and delivered", total=1, completed=1)
 
@@ -253,12 +254,14 @@ class _ArgusUnderTest:
 
         from argus.api.app import create_app
         from argus.daemon import Daemon
+        from argus.exporter import ArgusMetrics
         from argus.wiring import build_pipeline, open_store
 
         self.store = open_store(self.settings)
-        pipeline = build_pipeline(self.settings, self.store, public_url=self.url)
+        metrics = ArgusMetrics()
+        pipeline = build_pipeline(self.settings, self.store, public_url=self.url, metrics=metrics)
         self.daemon = Daemon(pipeline, interval_s=self.settings.poll_interval_s)
-        app = create_app(store=self.store, health_provider=pipeline.health)
+        app = create_app(store=self.store, health_provider=pipeline.health, metrics=metrics)
         config = uvicorn.Config(app, host=self.settings.api_host, port=self.settings.api_port, log_config=None,
                                 log_level="warning")
         self._server = uvicorn.Server(config)

@@ -74,6 +74,7 @@ class Pipeline:
         on_opened: Callable[[Incident, Finding], None] | None = None,
         correlator: Correlator | None = None,
         needs: dict[str, set[str]] | None = None,
+        on_tick: Callable[[TickResult], None] | None = None,
     ) -> None:
         self.collectors = list(collectors)
         self.detectors = list(detectors)
@@ -82,6 +83,7 @@ class Pipeline:
         self._clock = clock
         self._on_opened = on_opened
         self.correlator = correlator
+        self._on_tick = on_tick
         # detector name -> collectors whose failure this tick makes its verdict unreliable: it skips the tick
         self.needs = {name: set(sources) for name, sources in (needs or {}).items()}
         self._lock = threading.Lock()  # one tick at a time, whoever calls it
@@ -100,6 +102,11 @@ class Pipeline:
                 self._record(finding, result)
             result.duration_s = time.monotonic() - t0
             self.last_tick, self.ticks = result, self.ticks + 1
+            if self._on_tick is not None:
+                try:
+                    self._on_tick(result)
+                except Exception as exc:  # metrics bookkeeping must not break detection
+                    logger.opt(exception=exc).error("tick hook failed")
             return result
 
     def _collect(self, result: TickResult) -> list[Signal]:

@@ -8,17 +8,21 @@ from __future__ import annotations
 from loguru import logger
 
 from argus.correlate import Correlator
+from argus.exporter import ArgusMetrics
 from argus.notify.webhook import WebhookNotifier
-from argus.pipeline import Pipeline
+from argus.pipeline import Pipeline, TickResult
+from collectors.dcgm import DcgmScrapeCollector
 from collectors.logs import JobLogsCollector
 from collectors.metric_rules import MetricRuleCollector
 from collectors.offsets import OffsetStore
+from collectors.placement import GpuPlacementCollector, PrometheusGpuCollector
 from collectors.prometheus import PrometheusClient, PrometheusTargetsCollector
 from collectors.ray_logs import RayLogsCollector
 from collectors.ray_state import RayStateCollector
 from core.ports import Collector, Detector, Notifier
 from core.settings import Settings
 from detectors.engine import load_rules
+from detectors.idle_gpu import IdleGpuDetector
 from detectors.job_failure import JobFailureDetector
 from detectors.log_rules import LogRuleDetector
 from detectors.lost_node import LostNodeDetector
@@ -26,10 +30,13 @@ from detectors.metric_rules import MetricRuleDetector, MetricRuleSet, load_metri
 from detectors.stall import StallDetector
 
 
-def build_collectors(settings: Settings, metric_rules: MetricRuleSet) -> list[Collector]:
+def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: ArgusMetrics) -> list[Collector]:
     offsets = settings.data_dir / "offsets"
     collectors: list[Collector] = [
         RayStateCollector(settings.ray_dashboard_url, timeout_s=settings.request_timeout_s),
+        GpuPlacementCollector(
+            settings.ray_dashboard_url, timeout_s=settings.request_timeout_s, on_placement=metrics.set_job_gpus
+        ),
         RayLogsCollector(
             settings.ray_dashboard_url, OffsetStore(offsets / "ray_logs.json"), timeout_s=settings.request_timeout_s
         ),
@@ -42,6 +49,9 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet) -> list[Co
         client = PrometheusClient(settings.prometheus_url, timeout_s=settings.request_timeout_s)
         collectors.append(PrometheusTargetsCollector(client))
         collectors.append(MetricRuleCollector(client, metric_rules))
+        collectors.append(PrometheusGpuCollector(client))
+    elif settings.dcgm_targets:
+        collectors.append(DcgmScrapeCollector(settings.dcgm_targets, timeout_s=settings.request_timeout_s))
     return collectors
 
 
@@ -52,6 +62,7 @@ def build_detectors(settings: Settings, metric_rules: MetricRuleSet) -> list[Det
         LogRuleDetector(log_rules),
         JobFailureDetector(log_rules),
         StallDetector(min_stall_s=settings.stall_min_s, factor=settings.stall_factor),
+        IdleGpuDetector(threshold_pct=settings.idle_gpu_threshold_pct, window_s=settings.idle_gpu_window_s),
     ]
     if settings.prometheus_url:
         detectors.append(MetricRuleDetector(metric_rules))
@@ -71,14 +82,26 @@ def open_store(settings: Settings):
     return Store(settings.effective_database_url)
 
 
-def build_pipeline(settings: Settings, store, *, public_url: str | None = None, **overrides) -> Pipeline:
+def build_pipeline(
+    settings: Settings, store, *, public_url: str | None = None, metrics: ArgusMetrics | None = None, **overrides
+) -> Pipeline:
+    """The loop. `metrics` (also mounted at /metrics by the API) is kept up to date after every tick."""
     metric_rules = load_metric_rules(settings.metric_rules_dirs)
-    return Pipeline(
-        collectors=overrides.get("collectors") or build_collectors(settings, metric_rules),
+    metrics = metrics or ArgusMetrics()
+    pipeline: Pipeline
+
+    def after_tick(result: TickResult) -> None:
+        metrics.observe_tick(result, pipeline.sources)
+        metrics.refresh_incidents(store)
+
+    pipeline = Pipeline(
+        collectors=overrides.get("collectors") or build_collectors(settings, metric_rules, metrics),
         detectors=overrides.get("detectors") or build_detectors(settings, metric_rules),
         store=store,
         notifiers=overrides.get("notifiers") or build_notifiers(settings, public_url=public_url),
         correlator=Correlator(store),
         # no new log lines because the log collectors are down is not a stalled job
-        needs={"stall": {"ray_logs", "job_logs"}},
+        needs={"stall": {"ray_logs", "job_logs"}, "idle_gpu": {"gpu_placement"}},
+        on_tick=after_tick,
     )
+    return pipeline

@@ -42,6 +42,11 @@ class Settings(BaseSettings):
     )
     stall_min_s: float = Field(default=60.0, gt=0, description="never call a job stalled before this")
     stall_factor: float = Field(default=3.0, ge=1, description="stalled after this many of its own step times")
+    idle_gpu_threshold_pct: float = Field(default=5.0, ge=0, le=100, description="GPU busy below this is idle")
+    idle_gpu_window_s: float = Field(default=600.0, gt=0, description="idle this long while held: a finding")
+    dcgm_targets: list[str] = Field(
+        default_factory=list, description="dcgm-exporter URLs scraped directly when no Prometheus is configured"
+    )
     rules_dirs: list[Path] = Field(default_factory=list, description="extra log-rule folders beside the built-in")
     metric_rules_dirs: list[Path] = Field(
         default_factory=list, description="extra metric-rule folders beside the built-in"
@@ -74,7 +79,7 @@ class Settings(BaseSettings):
             raise ValueError("must start with http:// or https://, e.g. http://head:8265")
         return v
 
-    @field_validator("webhook_urls")
+    @field_validator("webhook_urls", "dcgm_targets")
     @classmethod
     def _webhooks(cls, v: list[str]) -> list[str]:
         for url in v:

@@ -9,9 +9,12 @@ from fastapi import FastAPI
 
 from argus import __version__
 from argus.api import errors, health, incidents
+from argus.exporter import ArgusMetrics, metrics_router
 
 
-def create_app(*, store: Any, health_provider: Callable[[], dict[str, Any]] | None = None) -> FastAPI:
+def create_app(
+    *, store: Any, health_provider: Callable[[], dict[str, Any]] | None = None, metrics: ArgusMetrics | None = None
+) -> FastAPI:
     app = FastAPI(
         title="Argus",
         version=__version__,
@@ -22,4 +25,6 @@ def create_app(*, store: Any, health_provider: Callable[[], dict[str, Any]] | No
     errors.install(app)
     app.include_router(health.router)
     app.include_router(incidents.router)
+    if metrics is not None:
+        app.include_router(metrics_router(metrics))
     return app

@@ -1,0 +1,343 @@
+"""Idle GPUs: a RUNNING job whose GPUs have all stayed under a utilisation threshold for a whole window.
+
+Inputs (signals, never collectors):
+- the placement snapshot (METRIC `argus_gpu_placement`, subject the cluster: every Ray node's id, IP,
+  name and GPU total) and one METRIC `argus_job_gpus` per job holding GPUs (attrs status, owner, nodes),
+  both from collectors/placement.py;
+- per-GPU DCGM utilisation (METRIC `DCGM_FI_DEV_GPU_UTIL`, subject the GPU UUID, attrs hostname and
+  labels), from dcgm-exporter directly (collectors/dcgm.py) or through Prometheus.
+
+Tying a DCGM series to a Ray node, tried in the order of `node_match`:
+- "instance": the exporter's scrape address (Prometheus's `instance` label, or the URL a direct scrape
+  used) has the node's IP as host: true when dcgm-exporter runs on each node and is scraped by IP;
+- "hostname": dcgm-exporter's Hostname label, through `hostname_to_node_ip` if given, else equal to the
+  Ray node's name (`ray start --node-name`; Ray defaults it to the IP) or IP.
+A series that matches no node is ignored.
+
+Ray does not say which GPU indices a job got (collectors/placement.py), so a job is judged per node: a
+node counts as idle for the job when every GPU of that node has a fresh sample under the threshold.
+When the job holds all of the node's GPUs this is exact; when it shares the node, the finding says the
+attribution is per node, and a busy neighbour on the node keeps the job from being flagged (never
+blame a job for GPUs that may not be its own). A GPU with no fresh sample is unknown, not idle; a node
+with fewer sampled GPUs than Ray advertises is unknown.
+
+Episodes: the window starts at the first poll that saw the job idle; any busy poll ends the episode, as
+does the job leaving RUNNING or releasing its GPUs. One finding per episode, fingerprinted by job and
+episode start, so a later idle episode is a new incident. A poll without placement (Ray unreachable)
+changes nothing; a poll where the job's GPUs are unknown restarts a not-yet-reported window and keeps a
+reported episode open (a scrape gap is not a new episode). After an Argus restart the window starts
+again: the detector only claims idleness it has watched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from core.errors import ConfigError
+from core.types import (
+    Category,
+    Evidence,
+    Finding,
+    Severity,
+    Signal,
+    SignalKind,
+    Subject,
+    SubjectKind,
+    fingerprint_of,
+    utcnow,
+)
+
+PLACEMENT_METRIC = "argus_gpu_placement"
+JOB_GPUS_METRIC = "argus_job_gpus"
+UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
+NODE_MATCHES = ("instance", "hostname")
+_MAX_GPU_EVIDENCE = 16
+
+
+@dataclass
+class _Sample:
+    uuid: str
+    value: float
+    at: datetime
+    source: str
+    hostname: str
+    index: Any
+    instance_host: str | None
+
+
+@dataclass
+class _Episode:
+    idle_since: datetime
+    reported: bool = False
+    max_util: float = 0.0
+    gpu_samples: dict[str, _Sample] = field(default_factory=dict)
+
+
+@dataclass
+class _NodeVerdict:
+    node: dict[str, Any]  # the job's share: node_id, node_ip, gpus, node_gpus_total, whole_node
+    state: str  # idle, busy, unknown
+    samples: list[_Sample]
+
+
+class IdleGpuDetector:
+    name = "idle_gpu"
+
+    def __init__(
+        self,
+        *,
+        threshold_pct: float = 5.0,
+        window_s: float = 600.0,
+        metric: str = UTIL_METRIC,
+        node_match: Sequence[str] = NODE_MATCHES,
+        hostname_to_node_ip: Mapping[str, str] | None = None,
+        stale_after_s: float = 120.0,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        unknown = [m for m in node_match if m not in NODE_MATCHES]
+        if unknown or not node_match:
+            raise ConfigError(
+                f"idle_gpu node_match {list(node_match)!r} is not a non-empty list of {list(NODE_MATCHES)}",
+                hint="use 'instance' (exporter scraped at the node's IP) and/or 'hostname'",
+            )
+        if not 0 < threshold_pct <= 100:
+            raise ConfigError(f"idle_gpu threshold_pct={threshold_pct} must be in (0, 100]", hint="e.g. 5")
+        if window_s <= 0 or stale_after_s <= 0:
+            raise ConfigError(
+                f"idle_gpu window_s={window_s} and stale_after_s={stale_after_s} must be > 0",
+                hint="e.g. window_s=600, stale_after_s=120 (4 dcgm-exporter collect intervals)",
+            )
+        self.threshold_pct = threshold_pct
+        self.window = timedelta(seconds=window_s)
+        self.metric = metric
+        self.node_match = tuple(node_match)
+        self.hostname_to_node_ip = dict(hostname_to_node_ip or {})
+        self.stale_after = timedelta(seconds=stale_after_s)
+        self._clock = clock
+        self._samples: dict[str, _Sample] = {}  # GPU UUID -> latest sample (max of one poll's values)
+        self._episodes: dict[str, _Episode] = {}  # job key -> current idle episode
+
+    # -- the one verb ----------------------------------------------------------------------------------
+
+    def detect(self, signals: Sequence[Signal]) -> list[Finding]:
+        now = self._clock()
+        snapshot: Signal | None = None
+        jobs: list[Signal] = []
+        fresh: dict[str, _Sample] = {}
+        for signal in signals:
+            if signal.kind is not SignalKind.METRIC:
+                continue
+            metric = signal.attrs.get("metric")
+            if metric == PLACEMENT_METRIC:
+                snapshot = signal
+            elif metric == JOB_GPUS_METRIC and signal.subject.kind is SubjectKind.JOB:
+                jobs.append(signal)
+            elif metric == self.metric and signal.subject.kind is SubjectKind.GPU:
+                self._take_sample(signal, fresh)
+        self._samples.update(fresh)
+        self._samples = {u: s for u, s in self._samples.items() if now - s.at <= self.stale_after}
+        if snapshot is None:
+            return []  # placement not known this poll: neither start nor end an episode
+
+        node_gpus = self._samples_by_node(snapshot)
+        findings = []
+        running = set()
+        for job in jobs:
+            if job.attrs.get("status") != "RUNNING":
+                continue
+            key = job.subject.id
+            running.add(key)
+            verdicts = [
+                _NodeVerdict(node, *self._judge(node_gpus.get(node.get("node_id"), []), node))
+                for node in job.attrs.get("nodes") or []
+            ]
+            finding = self._advance(key, job, verdicts, now)
+            if finding is not None:
+                findings.append(finding)
+        for key in list(self._episodes):
+            if key not in running:
+                del self._episodes[key]  # the job ended or released its GPUs: the episode is over
+        return findings
+
+    # -- samples and nodes -----------------------------------------------------------------------------
+
+    def _take_sample(self, signal: Signal, fresh: dict[str, _Sample]) -> None:
+        if signal.value is None:
+            return
+        labels = signal.attrs.get("labels") or {}
+        instance = labels.get("instance")
+        if instance:
+            host = urlsplit(f"//{instance}").hostname
+        elif signal.source.startswith(("http://", "https://")):  # a direct scrape: the source is its URL
+            host = urlsplit(signal.source).hostname
+        else:
+            host = None
+        uuid = signal.subject.id
+        sample = _Sample(
+            uuid=uuid,
+            value=float(signal.value),
+            at=signal.observed_at,
+            source=signal.source,
+            hostname=str(signal.attrs.get("hostname") or ""),
+            index=signal.attrs.get("gpu"),
+            instance_host=host,
+        )
+        seen = fresh.get(uuid)
+        if seen is not None:  # several values of one GPU in one poll: the busiest one counts
+            sample.value, sample.at = max(seen.value, sample.value), max(seen.at, sample.at)
+        fresh[uuid] = sample
+
+    def _samples_by_node(self, snapshot: Signal) -> dict[str, list[_Sample]]:
+        by_ip: dict[str, str] = {}
+        by_name: dict[str, str] = {}
+        for node in snapshot.attrs.get("nodes") or []:
+            if node.get("state", "ALIVE") != "ALIVE":
+                continue
+            if node.get("node_ip"):
+                by_ip[node["node_ip"]] = node["node_id"]
+            if node.get("node_name"):
+                by_name[node["node_name"]] = node["node_id"]
+        grouped: dict[str, list[_Sample]] = {}
+        for sample in self._samples.values():
+            node_id = self._node_of(sample, by_ip, by_name)
+            if node_id is not None:
+                grouped.setdefault(node_id, []).append(sample)
+        return grouped
+
+    def _node_of(self, sample: _Sample, by_ip: dict[str, str], by_name: dict[str, str]) -> str | None:
+        for how in self.node_match:
+            if how == "instance" and sample.instance_host:
+                found = by_ip.get(sample.instance_host) or by_name.get(sample.instance_host)
+            elif how == "hostname" and sample.hostname:
+                mapped = self.hostname_to_node_ip.get(sample.hostname)
+                if mapped:
+                    found = by_ip.get(mapped)
+                else:
+                    found = by_name.get(sample.hostname) or by_ip.get(sample.hostname)
+            else:
+                found = None
+            if found is not None:
+                return found
+        return None
+
+    def _judge(self, samples: list[_Sample], node: dict[str, Any]) -> tuple[str, list[_Sample]]:
+        samples = sorted(samples, key=lambda s: (str(s.index), s.uuid))
+        if any(s.value >= self.threshold_pct for s in samples):
+            return "busy", samples
+        if not samples or len(samples) < float(node.get("node_gpus_total") or 0):
+            return "unknown", samples
+        return "idle", samples
+
+    # -- episodes --------------------------------------------------------------------------------------
+
+    def _advance(self, key: str, job: Signal, verdicts: list[_NodeVerdict], now: datetime) -> Finding | None:
+        states = {v.state for v in verdicts}
+        episode = self._episodes.get(key)
+        if not verdicts or "busy" in states:
+            self._episodes.pop(key, None)
+            return None
+        if "unknown" in states:
+            if episode is not None and not episode.reported:
+                del self._episodes[key]
+            return None
+        if episode is None:
+            episode = self._episodes[key] = _Episode(idle_since=now)
+        for verdict in verdicts:
+            for sample in verdict.samples:
+                episode.max_util = max(episode.max_util, sample.value)
+                episode.gpu_samples[sample.uuid] = sample
+        if episode.reported or now - episode.idle_since < self.window:
+            return None
+        episode.reported = True
+        return self._finding(job, verdicts, episode, now)
+
+    def _finding(
+        self, job: Signal, verdicts: list[_NodeVerdict], episode: _Episode, now: datetime
+    ) -> Finding:
+        attrs = job.attrs
+        key = job.subject.id
+        owner = attrs.get("owner")
+        gpus = sum(float(v.node.get("gpus") or 0) for v in verdicts)
+        idle_s = (now - episode.idle_since).total_seconds()
+        gpu_hours = gpus * idle_s / 3600.0
+        shared = [v.node.get("node_ip") for v in verdicts if not v.node.get("whole_node")]
+        nodes = [
+            {
+                "node_id": v.node.get("node_id"),
+                "node_ip": v.node.get("node_ip"),
+                "gpus": v.node.get("gpus"),
+                "node_gpus_total": v.node.get("node_gpus_total"),
+                "attribution": "exact" if v.node.get("whole_node") else "per_node",
+                "gpu_uuids": [s.uuid for s in v.samples],
+            }
+            for v in verdicts
+        ]
+        where = ", ".join(f"{v.node.get('node_ip')} ({float(v.node.get('gpus') or 0):g})" for v in verdicts)
+        summary = (
+            f"job {key} of {owner or 'an unknown owner'} holds {gpus:g} GPU(s) on {where}, all under "
+            f"{self.threshold_pct:g}% utilisation for {idle_s / 60:.1f} min: "
+            f"{gpu_hours:.2f} GPU-hours wasted so far"
+        )
+        if shared:
+            summary += (
+                f"; attribution is per node on {', '.join(shared)} (the job shares the node and Ray does "
+                "not say which GPU indices it got: every GPU of the node is idle)"
+            )
+        evidence = [
+            Evidence(
+                source=job.source,
+                text=f"job {key} (ray job {attrs.get('job_id')}, status {attrs.get('status')}) holds "
+                f"{float(v.node.get('gpus') or 0):g} of {float(v.node.get('node_gpus_total') or 0):g} GPUs "
+                f"on node {v.node.get('node_ip')} ({v.node.get('node_id')})",
+                at=job.observed_at,
+                value=float(v.node.get("gpus") or 0),
+            )
+            for v in verdicts
+        ]
+        for sample in list(episode.gpu_samples.values())[:_MAX_GPU_EVIDENCE]:
+            evidence.append(
+                Evidence(
+                    source=sample.source,
+                    text=f"{self.metric}{{Hostname={sample.hostname!r}, gpu={sample.index}, "
+                    f"UUID={sample.uuid}}} = {sample.value:g}",
+                    at=sample.at,
+                    value=sample.value,
+                )
+            )
+        subject = Subject(kind=SubjectKind.JOB, id=key, name=job.subject.name)
+        episode_key = f"idle-since:{episode.idle_since.isoformat(timespec='seconds')}"
+        return Finding(
+            category=Category.IDLE_GPU,
+            reason="JobGpusIdle",
+            subject=subject,
+            summary=summary,
+            severity=Severity.WARNING,
+            confidence=1.0 if not shared else 0.8,
+            evidence=tuple(evidence),
+            first_seen=episode.idle_since,
+            detected_at=now,
+            recommended_action=(
+                f"Ask {owner or 'the job owner'} whether job {key} still does useful work; if not, stop it "
+                f"(`ray job stop {key}`) so its GPUs return to the pool."
+            ),
+            fingerprint=fingerprint_of(Category.IDLE_GPU, subject, episode_key),
+            attrs={
+                "job_id": attrs.get("job_id"),
+                "submission_id": attrs.get("submission_id"),
+                "owner": owner,
+                "entrypoint": attrs.get("entrypoint"),
+                "gpus": gpus,
+                "nodes": nodes,
+                "attribution": "per_node" if shared else "exact",
+                "idle_since": episode.idle_since.isoformat(),
+                "idle_seconds": round(idle_s, 1),
+                "gpu_hours_wasted": round(gpu_hours, 4),
+                "threshold_pct": self.threshold_pct,
+                "window_s": self.window.total_seconds(),
+                "max_util_pct": episode.max_util,
+            },
+        )
