@@ -147,19 +147,23 @@ class GpuPlacementCollector:
         owner_keys: Sequence[str] = DEFAULT_OWNER_KEYS,
         on_placement: Callable[[list[JobPlacement]], None] | None = None,
         clock: Callable[[], datetime] = utcnow,
+        state_api: Any = None,
     ) -> None:
         self.dashboard_url = dashboard_url.rstrip("/")
+        self._api = state_api
         self.timeout_s = timeout_s
         self.owner_keys = tuple(owner_keys)
         self._on_placement = on_placement
         self._clock = clock
 
     def _call(self, fn_name: str, **kwargs: Any) -> list[Any]:
-        from ray.util import state  # imported late: it is heavy and the API process may not need it
+        if self._api is None:
+            from ray.util import state  # imported late: it is heavy and the API process may not need it
 
+            self._api = state
         try:
             return list(
-                getattr(state, fn_name)(
+                getattr(self._api, fn_name)(
                     address=self.dashboard_url,
                     timeout=max(1, int(self.timeout_s)),
                     limit=_LIMIT,
