@@ -17,7 +17,7 @@ from rich.text import Text
 
 from core.errors import ArgusError
 from detectors.engine import load_rules
-from rca.analyze import analyze_lines, iter_lines
+from rca.analyze import analyze_stream
 
 EXIT_INPUT_FAILED = 2
 STDIN = "-"
@@ -63,9 +63,9 @@ def analyze(
 
 def _analyze_one(path: str, rules: Any) -> dict[str, Any]:
     if path == STDIN:
-        return analyze_lines(STDIN, iter_lines(sys.stdin.buffer), rules)
+        return analyze_stream(STDIN, sys.stdin.buffer, rules)
     with open(path, "rb") as stream:
-        return analyze_lines(path, iter_lines(stream), rules)
+        return analyze_stream(path, stream, rules)
 
 
 def _error(err: Console, message: str, hint: str | None) -> None:

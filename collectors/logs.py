@@ -30,8 +30,8 @@ from loguru import logger
 
 from collectors.offsets import OffsetStore
 from core.errors import SourceUnavailable
+from core.limits import MAX_LINE_CHARS
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
-from detectors.engine import MAX_LINE_CHARS
 
 CHUNK_BYTES = 64 * 1024
 HEAD_BYTES = 64  # identity: a hash of this many first bytes

@@ -45,8 +45,8 @@ from loguru import logger
 from collectors.logs import LineSplitter
 from collectors.offsets import OffsetStore
 from core.errors import SourceUnavailable
+from core.limits import MAX_LINE_CHARS
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
-from detectors.engine import MAX_LINE_CHARS
 
 TAIL_CHECK_BYTES = 64
 NO_JOB = "ffffffff"  # the job id in the names of workers started before any job claimed them

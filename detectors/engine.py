@@ -13,12 +13,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 from loguru import logger
 
 from core.errors import RuleError
+from core.limits import MAX_LINE_BYTES, MAX_LINE_CHARS
 from core.types import Category, Severity
 
 try:  # the regex parser moved in 3.11; the old name still works but warns there
@@ -28,8 +29,7 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as _sre_constants
     import sre_parse as _sre_parse
 
-# A log line longer than this is cut before matching, so one 100 MB line costs what a 64 KB one does.
-MAX_LINE_CHARS = 64 * 1024
+STREAM_BLOCK_BYTES = 4 * 1024 * 1024
 
 RULE_FILE_SUFFIXES = (".yaml", ".yml")
 ANY_SOURCE = "*"
@@ -109,7 +109,7 @@ class RuleSet:
                 )
             seen[rule.reason] = rule
         self.rules: tuple[LogRule, ...] = tuple(rules)
-        self._prefilter = _combine(self.rules)
+        self._line_gate = _Gate(self.rules, _DEFAULT_SAMPLE)
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -134,15 +134,94 @@ class RuleSet:
     def match(self, text: str) -> list[LogRule]:
         """Every rule whose pattern is found in the line, in rule order."""
         text, _ = clip_line(text)
-        if not self.rules or (self._prefilter is not None and self._prefilter.search(text) is None):
-            return []
-        return [r for r in self.rules if r.regex.search(text)]
+        gate = self._line_gate
+        if gate.ungated or gate.text is None:
+            return [r for r in self.rules if r.regex.search(text)]
+        return [r for r in _candidates(gate, text, gate.text) if r.regex.search(text)]
 
     def scan(self, lines: Iterable[str], source: str, start_line: int = 1) -> Iterator[RuleMatch]:
         """Match every line; `source` names where the lines came from (a path, a stream) in the matches."""
         for line_no, raw in enumerate(lines, start=start_line):
             text, truncated = clip_line(raw.rstrip("\r\n"))
             for rule in self.match(text):
+                yield RuleMatch(rule=rule, line_no=line_no, text=text, source=source, truncated=truncated)
+
+    def scan_stream(
+        self,
+        stream: IO[bytes],
+        source: str,
+        *,
+        stats: ScanStats | None = None,
+        block_bytes: int = STREAM_BLOCK_BYTES,
+    ) -> Iterator[RuleMatch]:
+        """`scan` over a whole binary stream, the same matches, much faster.
+
+        Reads blocks of `block_bytes`, finds candidate lines with one gate regex over each block (built
+        for this stream from its first block), and runs the rules only on those lines. Bytes that are not
+        UTF-8 are replaced, CRLF and a missing last newline are fine, and a line longer than
+        MAX_LINE_BYTES is cut while reading, so memory stays bounded by the block size.
+        """
+        stats = stats if stats is not None else ScanStats()
+        gate: _Gate | None = None
+        pending = b""
+        dropping = False  # inside a line already cut at MAX_LINE_BYTES: skip to its end
+        while True:
+            chunk = stream.read(block_bytes)
+            if isinstance(chunk, str):
+                chunk = chunk.encode("utf-8", errors="surrogateescape")
+            if not chunk:
+                break
+            stats.bytes += len(chunk)
+            if dropping:
+                newline = chunk.find(b"\n")
+                if newline < 0:
+                    continue
+                chunk, dropping = chunk[newline + 1 :], False
+            if gate is None:
+                gate = _Gate(self.rules, chunk[:_SAMPLE_BYTES])
+            data = pending + chunk
+            end = data.rfind(b"\n")
+            if end >= 0:
+                yield from self._scan_block(gate, data[: end + 1], stats, source)
+                pending = data[end + 1 :]
+            else:
+                pending = data
+            if len(pending) > MAX_LINE_BYTES:
+                yield from self._scan_block(gate, pending[:MAX_LINE_BYTES] + b"\n", stats, source)
+                pending, dropping = b"", True
+        if pending:
+            gate = gate or _Gate(self.rules, pending[:_SAMPLE_BYTES])
+            yield from self._scan_block(gate, pending + b"\n", stats, source)
+
+    def _scan_block(self, gate: _Gate, block: bytes, stats: ScanStats, source: str) -> Iterator[RuleMatch]:
+        """Match the complete lines of `block` (it ends with a newline); line numbers go on from `stats`."""
+        first = stats.lines + 1
+        stats.lines += block.count(b"\n")
+        if gate.ungated or gate.raw is None:
+            for offset, raw in enumerate(block[:-1].split(b"\n")):
+                yield from self._match_raw(raw, first + offset, source, self.rules)
+            return
+        pos, counted, line_no = 0, 0, first
+        search = gate.raw.search
+        while True:
+            hit = search(block, pos)
+            if hit is None:
+                return
+            start = block.rfind(b"\n", 0, hit.start()) + 1
+            end = block.find(b"\n", hit.start())
+            line_no += block.count(b"\n", counted, start)
+            counted = start
+            line = block[start:end]
+            candidates = _candidates(gate, line, gate.raw, first_hit=hit.start() - start)
+            if candidates:
+                yield from self._match_raw(line, line_no, source, candidates)
+            pos = end + 1
+
+    @staticmethod
+    def _match_raw(raw: bytes, line_no: int, source: str, rules: Sequence[LogRule]) -> Iterator[RuleMatch]:
+        text, truncated = clip_line(raw[:MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r\n"))
+        for rule in rules:
+            if rule.regex.search(text):
                 yield RuleMatch(rule=rule, line_no=line_no, text=text, source=source, truncated=truncated)
 
 
@@ -350,6 +429,212 @@ def _value_node(node: yaml.MappingNode, key: str) -> yaml.Node | None:
 _REPEATS = {_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT}
 
 
+# --- fast scanning: a literal gate in front of the rules ------------------------------------------
+
+_MIN_ANCHOR = 3
+_SAMPLE_BYTES = 256 * 1024
+_ROTATIONS_TRIED = 4
+# Byte counts for gates built without a stream to sample (RuleSet.match on single lines): typical
+# training-job log text.
+_DEFAULT_SAMPLE = (
+    b"(TaskRunner pid=2396241) step:120 - actor/entropy:0.323 - actor/pg_loss:0.001 - perf/mfu/actor:0.343\n"
+    b"worker-3:3018453:3024011 [2] NCCL INFO Channel 01/0 : 2[1040] -> 0[1020] via P2P/IPC/read\n"
+    b"[2025-04-02 15:02:00,117 I 135782 135782] core_worker.cc:4134: Number of alive nodes:4\n"
+    b"(WorkerDict pid=1234, ip=10.0.0.3) INFO 11-18 18:07:28 llm_engine.py:275] # GPU blocks: 2048\n"
+    b"Training Progress:  76%|######   | 244/320 [08:56<02:05,  1.65s/it]\n"
+    b"/usr/lib/python3.10/site-packages/torch/utils/checkpoint.py:91: UserWarning: inputs have no grad\n"
+)
+
+
+@dataclass
+class ScanStats:
+    """What a stream scan read: lines (a last line without a newline counts) and bytes."""
+
+    lines: int = 0
+    bytes: int = 0
+
+
+def required_literals(pattern: str, cost: Any = None) -> list[set[tuple[str, bool]]]:
+    """Candidate sets of literals, as (text, ignore_case): every match of `pattern` contains at least one
+    literal of each set. Empty when the pattern has no literal of three characters or more. With `cost`
+    (a literal set -> number), alternatives contribute their cheapest literals, otherwise their longest."""
+    try:
+        parsed = _sre_parse.parse(pattern)
+    except Exception:  # noqa: BLE001 - re.compile already accepted it
+        return []
+    return _literal_options(list(parsed), bool(parsed.state.flags & re.IGNORECASE), cost)
+
+
+def _literal_options(items: list, icase: bool, cost: Any = None) -> list[set[tuple[str, bool]]]:
+    options: list[set[tuple[str, bool]]] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if len(run) >= _MIN_ANCHOR:
+            options.append({("".join(run), icase)})
+        run.clear()
+
+    for op, av in items:
+        if op is _sre_constants.LITERAL:
+            run.append(chr(av))
+            continue
+        flush()
+        if op is _sre_constants.SUBPATTERN:
+            add, delete, body = av[1], av[2], av[3]
+            sub = (icase or bool(add & re.IGNORECASE)) and not bool(delete & re.IGNORECASE)
+            options.extend(_literal_options(list(body), sub, cost))
+        elif op is _sre_constants.BRANCH:
+            alternatives = [_literal_options(list(b), icase, cost) for b in av[1]]
+            if all(alternatives):
+                merged: set[tuple[str, bool]] = set()
+                for alt in alternatives:
+                    if cost is None:
+                        merged |= max(alt, key=lambda s: min(len(t) for t, _ in s))
+                    else:
+                        merged |= min(alt, key=cost)
+                options.append(merged)
+        elif op in _REPEATS and av[0] >= 1:
+            options.extend(_literal_options(list(av[2]), icase, cost))
+    flush()
+    return options
+
+
+class _Gate:
+    """One regex that finds, cheaply, every line a gated rule could match, and which rules to try there.
+
+    Each rule contributes one set of its required literals. Each literal is cut to start where the text
+    sampled from the stream makes it cheapest (a rare first byte, so the regex engine's first-character
+    skip loop seldom stops, and a suffix that seldom occurs, so few stops are false); the literals form a
+    trie, so a stop costs one branch, not one per rule. Case-insensitive literals are spelled with [aA]
+    classes after their first character: an inline (?i) group, or a class at the start of an
+    alternative, disables the skip loop. Rules with no usable literal are `ungated`: tried on every line.
+    """
+
+    def __init__(self, rules: Sequence[LogRule], sample: bytes) -> None:
+        costs = _Sample(sample)
+        ungated: list[LogRule] = []
+        self._words: list[tuple[int, set[tuple[str, bool]]]] = []
+        for index, rule in enumerate(rules):
+            options = [
+                o for o in required_literals(rule.pattern, costs.set_cost) if all(t.isascii() or not i for t, i in o)
+            ]
+            if not options:
+                ungated.append(rule)
+                continue
+            chosen = min(options, key=costs.set_cost)
+            self._words.append((index, {costs.rotate(t, i)[1] for t, i in chosen}))
+        self.ungated = tuple(ungated)
+        self._rules = tuple(rules)
+        self._for_hit: dict[str, tuple[LogRule, ...]] = {}
+        words = {w for _, ws in self._words for w in ws}
+        pattern = _trie(words)
+        self.text = re.compile(pattern) if words else None
+        self.raw = re.compile(pattern.encode("utf-8")) if words else None
+
+    def rules_for(self, hit: str) -> tuple[LogRule, ...]:
+        """The rules that a gate hit (the matched text) may belong to, in rule order.
+
+        Every literal found where the hit starts is a prefix of the text there, so it is a prefix of the
+        hit or the hit is a prefix of it (the trie stops at the shortest); case-insensitive literals are
+        compared case-folded."""
+        found = self._for_hit.get(hit)
+        if found is None:
+            low = hit.lower()
+
+            def related(word: str, icase: bool) -> bool:
+                text = low if icase else hit
+                return word.startswith(text) or text.startswith(word)
+
+            found = tuple(self._rules[i] for i, words in self._words if any(related(w, c) for w, c in words))
+            self._for_hit[hit] = found
+        return found
+
+
+def _candidates(gate: _Gate, line: Any, regex: re.Pattern, first_hit: int = 0) -> tuple[LogRule, ...]:
+    """The rules to try on a line: those of every gate hit in it, overlapping hits included (a literal
+    that starts inside another's hit must not be missed). Works on str or bytes lines."""
+    found: set[LogRule] = set()
+    pos = first_hit
+    while True:
+        hit = regex.search(line, pos)
+        if hit is None:
+            break
+        text = hit.group(0)
+        found.update(gate.rules_for(text if isinstance(text, str) else text.decode("utf-8", errors="replace")))
+        pos = hit.start() + 1
+    return tuple(r for r in gate._rules if r in found)
+
+
+# A false stop of the gate costs a few rule searches; a stop of the skip loop costs one branch.
+_FALSE_HIT_WEIGHT = 50
+
+
+class _Sample:
+    """Costs of gate literals, measured on a sample of the text to scan.
+
+    A literal is searched from its cheapest start: each stop of the skip loop (its first byte) costs 1,
+    each false hit (its suffix occurring where no rule matches) costs _FALSE_HIT_WEIGHT.
+    """
+
+    def __init__(self, sample: bytes) -> None:
+        self.counts = [1] * 256
+        for byte in sample:
+            self.counts[byte] += 1
+        self.sample, self.folded = sample, sample.lower()
+        self._memo: dict[tuple[str, bool], tuple[int, tuple[str, bool]]] = {}
+
+    def first_byte(self, ch: str, icase: bool) -> int:
+        if icase and ch.isascii() and ch.isalpha():
+            return self.counts[ord(ch.lower())] + self.counts[ord(ch.upper())]
+        return self.counts[ch.encode("utf-8")[0]]
+
+    def rotate(self, text: str, icase: bool) -> tuple[int, tuple[str, bool]]:
+        """(cost, (suffix, icase)) for the cheapest suffix of at least _MIN_ANCHOR characters."""
+        key = (text, icase)
+        if key not in self._memo:
+            text = text.lower() if icase else text
+            haystack = self.folded if icase else self.sample
+            # counting a suffix in the sample is the expensive part: only for the rarest first bytes
+            starts = sorted(range(len(text) - _MIN_ANCHOR + 1), key=lambda i: (self.first_byte(text[i], icase), i))
+            best = min(
+                (
+                    self.first_byte(text[i], icase) + _FALSE_HIT_WEIGHT * haystack.count(text[i:].encode("utf-8")),
+                    i,
+                )
+                for i in starts[:_ROTATIONS_TRIED]
+            )
+            self._memo[key] = (best[0], (text[best[1] :], icase))
+        return self._memo[key]
+
+    def set_cost(self, option: set[tuple[str, bool]]) -> int:
+        return sum(self.rotate(text, icase)[0] for text, icase in option)
+
+
+def _trie(words: set[tuple[str, bool]]) -> str:
+    root: dict = {}
+    for text, icase in words:
+        fold = icase and text[0].isascii() and text[0].isalpha()
+        # the first character is spelled out as two literals, never a class: the skip loop only works
+        # when every top-level alternative starts with a literal
+        for first in {text[0].upper(), text[0].lower()} if fold else {text[0]}:
+            node = root.setdefault((first, False), {})
+            for ch in text[1:]:
+                node = node.setdefault((ch, icase and ch.isascii() and ch.isalpha()), {})
+            node[None] = {}
+
+    def atom(key: tuple[str, bool]) -> str:
+        ch, fold = key
+        return f"[{ch.upper()}{ch.lower()}]" if fold else re.escape(ch)
+
+    def emit(node: dict) -> str:
+        if None in node:  # a shorter literal ends here: finding it is enough
+            return ""
+        alts = [atom(k) + emit(node[k]) for k in sorted(node)]
+        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+    return emit(root)
+
+
 def _nested_repeat(pattern: str) -> str | None:
     """Name the first unbounded repeat that holds another unbounded repeat, the classic `(a+)+` trap.
 
@@ -398,16 +683,26 @@ def _children(op: Any, av: Any) -> list[Any]:
     return []
 
 
-def _combine(rules: Sequence[LogRule]) -> re.Pattern[str] | None:
-    """One alternation of every pattern, so a line that matches nothing costs one search, not one per rule.
+# Permanent matches at or above this priority are root causes; below it, echoes of one (NCCL errors and
+# timeouts on the surviving ranks, their tracebacks): the priority scale is documented in each rule file.
+ROOT_CAUSE_PRIORITY = 80
 
-    Patterns with backreferences or inline global flags cannot be safely joined; then every rule is tried.
-    """
-    if len(rules) < 2:
+
+def root_cause_pool(matches: Sequence[RuleMatch]) -> list[RuleMatch]:
+    """The matches that compete to explain a failure: root causes if any, else permanent ones, else all."""
+    permanent = [m for m in matches if m.rule.permanent]
+    if not permanent:
+        return list(matches)
+    return [m for m in permanent if m.rule.priority >= ROOT_CAUSE_PRIORITY] or permanent
+
+
+def root_cause(matches: Sequence[RuleMatch]) -> RuleMatch | None:
+    """The match that explains the others. Among root causes the first in time wins (an OOM that killed a
+    raylet beats the lost node it caused) and priority breaks ties on one line; with warnings only, the
+    highest priority wins."""
+    pool = root_cause_pool(matches)
+    if not pool:
         return None
-    if any(re.search(r"\\[1-9]|\(\?P=|\(\?[aiLmsux]+\)", r.pattern) for r in rules):
-        return None
-    try:
-        return re.compile("|".join(f"(?:{r.pattern})" for r in rules))
-    except re.error:
-        return None
+    if any(m.rule.permanent for m in pool):
+        return min(enumerate(pool), key=lambda im: (im[1].line_no, -im[1].rule.priority, im[0]))[1]
+    return min(enumerate(pool), key=lambda im: (-im[1].rule.priority, im[1].line_no, im[0]))[1]

@@ -28,7 +28,7 @@ from core.types import (
     SubjectKind,
     utcnow,
 )
-from detectors.engine import RuleSet
+from detectors.engine import RuleSet, root_cause
 
 UNMATCHED_REASON = "JobFailed"
 UNMATCHED_ACTION = (
@@ -89,7 +89,8 @@ class JobFailureDetector:
         matches = [m for m in self.rules.scan(lines, source=source) if m.rule.permanent]
         if not matches:
             return self._unmatched(signal, lines, source, ended) if self.report_unmatched else None
-        winner = min(enumerate(matches), key=lambda im: (-im[1].rule.priority, im[1].line_no, im[0]))[1]
+        winner = root_cause(matches)  # the same order as the log rules and `argus analyze`
+        assert winner is not None
         rule = winner.rule
         others = sorted({m.rule.reason for m in matches} - {rule.reason})
         evidence = [_evidence(winner.source, winner.text, winner.line_no, ended)]

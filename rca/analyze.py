@@ -11,13 +11,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from detectors.engine import MAX_LINE_CHARS, RuleMatch, RuleSet
+from core.limits import MAX_LINE_BYTES
+from detectors.engine import RuleMatch, RuleSet, ScanStats
 from rca.classify import classify
 
 READ_CHUNK = 64 * 1024
-# UTF-8 needs at most 4 bytes a character, so a line cut at this many bytes still decodes to more than
-# MAX_LINE_CHARS characters and the rule engine sees (and reports) that it was cut.
-MAX_LINE_BYTES = 4 * MAX_LINE_CHARS + 4
+__all__ = ["MAX_LINE_BYTES", "analyze_lines", "analyze_stream", "iter_lines"]
 # Matches kept per rule: the earliest ones decide the cause; the rest would only cost memory.
 KEEP_PER_RULE = 20
 
@@ -62,16 +61,27 @@ def _as_text(lines: Iterable[bytes | str]) -> Iterator[str]:
         yield _decode(line) if isinstance(line, bytes | bytearray) else line
 
 
+def analyze_stream(name: str, stream: IO[bytes], rules: RuleSet) -> dict[str, Any]:
+    """Classify one log read from a binary stream; the fast path of `argus analyze` (same verdicts as
+    `analyze_lines` over `iter_lines(stream)`). `name` is how the log is reported."""
+    stats = ScanStats()
+    return _verdict(name, rules.scan_stream(stream, source=name, stats=stats), lambda: stats.lines)
+
+
 def analyze_lines(name: str, lines: Iterable[bytes | str], rules: RuleSet) -> dict[str, Any]:
-    """Classify one log. `name` is how the log is reported (its path, or "-" for stdin)."""
-    kept: dict[str, list[RuleMatch]] = defaultdict(list)
+    """Classify one log given as lines. `name` is how the log is reported (its path, or "-" for stdin)."""
     counter = _Counter(_as_text(lines))
-    for match in rules.scan(counter, source=name):
+    return _verdict(name, rules.scan(counter, source=name), lambda: counter.count)
+
+
+def _verdict(name: str, found: Iterable[RuleMatch], lines_scanned: Any) -> dict[str, Any]:
+    kept: dict[str, list[RuleMatch]] = defaultdict(list)
+    for match in found:
         bucket = kept[match.rule.reason]
         if len(bucket) < KEEP_PER_RULE:
             bucket.append(match)
     matches = sorted((m for bucket in kept.values() for m in bucket), key=lambda m: m.line_no)
-    result = classify(matches, lines_scanned=counter.count)
+    result = classify(matches, lines_scanned=lines_scanned())
     return {
         "path": name,
         "category": result.category.value,

@@ -1,8 +1,18 @@
 """Deterministic classification: from rule matches to one category, a summary and bounded evidence.
 
-The cause is the highest-priority permanent match (a lost node or an OOM outranks the NCCL errors it
-causes on the surviving ranks); among equals, the first in time wins, because later errors are
-usually consequences. Temporary matches alone only suggest a category, with lower confidence.
+How priority and time interact (one priority scale across all rule files, see detectors/rules/*.yaml):
+
+1. Permanent matches decide; temporary ones (warnings) only suggest a category, with lower confidence,
+   when no permanent match exists (then the highest priority wins, the first line among equals).
+2. Permanent matches at or above ROOT_CAUSE_PRIORITY (hardware, lost node, host / GPU OOM, full disk)
+   are root causes. When the log holds any, the echo categories below the line (NCCL errors and
+   timeouts, user tracebacks) are demoted: a lost node or an OOM on one rank makes the other ranks time
+   out or fail, and those lines may even be printed first (Ray needs seconds to declare a node dead).
+3. Within the winning tier the first failure in time (the earliest line) wins over its echoes; on the
+   same line the higher priority wins. So among root causes, an OOM that killed a raylet beats the lost
+   node it caused; among echoes, a rank's Python error beats the timeouts of the ranks waiting for it.
+
+Time is the line order of one log; matches from several logs should be classified per log.
 """
 
 from __future__ import annotations
@@ -11,8 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
+from core.limits import MAX_LINE_CHARS
 from core.types import Category
-from detectors.engine import MAX_LINE_CHARS, RuleMatch
+from detectors.engine import ROOT_CAUSE_PRIORITY, RuleMatch, root_cause, root_cause_pool
 
 MAX_EVIDENCE = 10
 MAX_EVIDENCE_CHARS = 500
@@ -50,10 +61,10 @@ def classify(matches: Sequence[RuleMatch], *, lines_scanned: int | None = None) 
             recommended_action=UNKNOWN_ACTION,
         )
 
-    ordered = sorted(enumerate(matches), key=lambda im: (-im[1].rule.priority, im[1].line_no, im[0]))
-    permanent = [m for _, m in ordered if m.rule.permanent]
-    pool = permanent or [m for _, m in ordered]
-    winner = pool[0]
+    permanent = [m for m in matches if m.rule.permanent]
+    pool = root_cause_pool(matches)
+    winner = root_cause(matches)
+    assert winner is not None  # matches is not empty
     rule = winner.rule
 
     same_category = {m.rule.reason for m in pool if m.rule.category is rule.category} - {rule.reason}
@@ -103,5 +114,12 @@ def _summary(winner: RuleMatch, matches: Sequence[RuleMatch], *, permanent: bool
     where = f"First sign at line {winner.line_no} of {PurePath(winner.source).name or winner.source}."
     others = sorted({m.rule.reason for m in matches} - {rule.reason})
     tail = f" Also matched: {', '.join(others)}." if others else ""
+    if permanent and rule.priority >= ROOT_CAUSE_PRIORITY:
+        echoes = sorted(
+            {m.rule.category.value for m in matches if m.rule.permanent and m.rule.priority < ROOT_CAUSE_PRIORITY}
+            - {rule.category.value}
+        )
+        if echoes:
+            tail += f" Treated as consequences of it: {', '.join(echoes)}."
     hedge = "" if permanent else " Only warning-level signs were found; the job may not have failed from this."
     return f"{rule.category.value}: {what} {where}{tail}{hedge}"

@@ -91,7 +91,7 @@ def test_bad_rule_file_names_file_and_line(runner: CliRunner, tmp_path: Path) ->
 def test_extra_rules_take_part(runner: CliRunner, tmp_path: Path) -> None:
     (tmp_path / "oom.yaml").write_text(
         "source: job-logs\nrules:\n  - reason: TestCudaOom\n    category: gpu_oom\n    type: permanent\n"
-        "    pattern: 'OutOfMemoryError: CUDA out of memory'\n    action: smaller micro-batch\n",
+        "    pattern: 'OutOfMemoryError: CUDA out of memory'\n    priority: 99\n    action: smaller micro-batch\n",
         encoding="utf-8",
     )
     result = runner.invoke(make_app(), ["analyze", "--json", "--rules-dir", str(tmp_path), str(OOM)])

@@ -73,6 +73,7 @@ def test_real_node_lost_logs(name: str, rules: RuleSet) -> None:
 
 @pytest.mark.parametrize("name", OTHER)
 def test_real_other_failures_and_healthy_runs_are_not_node_lost(name: str, rules: RuleSet) -> None:
+    """Their exact verdicts are in tests/fixtures/logs/expected.yaml (tests/rca/test_categories.py)."""
     result = analyze_file(FIXTURES / "other" / name, rules)
     assert result["category"] != "node_lost"
 
@@ -91,8 +92,13 @@ source: job-logs
 rules:
   - {reason: LostNode, category: node_lost, type: permanent, priority: 90, confidence: 0.9, pattern: 'NODE LOST'}
   - {reason: OtherNodeSign, category: node_lost, type: permanent, priority: 90, confidence: 0.8, pattern: 'NODE GONE'}
+  - {reason: HostOom, category: host_oom, type: permanent, priority: 88, confidence: 0.9, pattern: 'HOST OOM'}
+  - {reason: BadGpu, category: gpu_hardware, type: permanent, priority: 95, confidence: 0.9, pattern: 'XID 79'}
   - {reason: NcclBroke, category: nccl_error, type: permanent, priority: 40, confidence: 0.9, pattern: 'NCCL ERROR'}
+  - {reason: NcclTimeout, category: nccl_hang, type: permanent, priority: 35, confidence: 0.9, pattern: 'NCCL TIMEOUT'}
+  - {reason: UserBug, category: user_error, type: permanent, priority: 30, confidence: 0.6, pattern: 'KeyError: '}
   - {reason: NcclSlow, category: nccl_hang, type: temporary, priority: 30, confidence: 0.6, pattern: 'NCCL SLOW'}
+  - {reason: DiskWarn, category: disk_full, type: temporary, priority: 70, confidence: 0.5, pattern: 'DISK 95%'}
 """
 
 
@@ -117,6 +123,38 @@ def test_among_equal_priority_the_first_line_wins(ordering: RuleSet) -> None:
     assert result.evidence[0][1] == 1
     # a second sign of the same cause backs it up
     assert result.confidence > 0.8
+
+
+def test_a_root_cause_beats_echoes_printed_before_it(ordering: RuleSet) -> None:
+    # survivors' NCCL errors and timeouts often print before Ray declares the node dead
+    lines = ["NCCL ERROR rank 1", "NCCL TIMEOUT rank 2", "KeyError: 'x'", "NODE LOST 10.0.0.2"]
+    result = classify(list(ordering.scan(lines, "job.log")))
+    assert (result.category, result.evidence[0][1]) == (Category.NODE_LOST, 4)
+    assert "Treated as consequences of it: nccl_error, nccl_hang, user_error." in result.summary
+
+
+def test_among_root_causes_the_first_in_time_wins(ordering: RuleSet) -> None:
+    # the OOM that killed the raylet comes first; the lost node is its consequence
+    result = classify(list(ordering.scan(["step 1", "HOST OOM on 10.0.0.2", "NODE LOST 10.0.0.2"], "job.log")))
+    assert (result.category, result.reason) == (Category.HOST_OOM, "HostOom")
+    # priority only breaks ties on the same line
+    same_line = classify(list(ordering.scan(["HOST OOM and XID 79"], "job.log")))
+    assert same_line.category is Category.GPU_HARDWARE
+
+
+def test_among_echoes_the_first_in_time_wins(ordering: RuleSet) -> None:
+    # a rank's own Python error makes the other ranks time out: the error is the cause
+    first = classify(list(ordering.scan(["KeyError: 'responses'", "NCCL TIMEOUT rank 3"], "job.log")))
+    assert first.category is Category.USER_ERROR
+    later = classify(list(ordering.scan(["NCCL TIMEOUT rank 3", "KeyError: 'responses'"], "job.log")))
+    assert later.category is Category.NCCL_HANG
+
+
+def test_a_temporary_root_cause_sign_does_not_beat_a_permanent_echo(ordering: RuleSet) -> None:
+    result = classify(list(ordering.scan(["DISK 95% full", "NCCL ERROR"], "job.log")))
+    assert result.category is Category.NCCL_ERROR
+    alone = classify(list(ordering.scan(["NCCL SLOW", "DISK 95% full"], "job.log")))
+    assert alone.category is Category.DISK_FULL and alone.confidence <= 0.5
 
 
 def test_temporary_matches_alone_give_lower_confidence(ordering: RuleSet) -> None:
