@@ -126,3 +126,20 @@ def test_failures_older_than_the_lookback_are_history(rules: RuleSet) -> None:
     old = job("FAILED", OOM_MESSAGE, ended=NOW - timedelta(hours=2))
     assert det.detect([old]) == []
     assert len(det.detect([job("FAILED", OOM_MESSAGE, sid="raysubmit_new", ended=None)])) == 1
+
+
+def test_ray_oom_message_cut_to_its_advice_is_still_host_oom():
+    """The tail of a Ray 2.60 job message after an OOM kill on a busy host (seen in the tests/faults run;
+    text as in the raylet binary of ray 2.60): the header was cut away and only the advice remained."""
+    from detectors.engine import load_rules, root_cause
+
+    tail = [
+        "Refer to the documentation on how to address the out of memory issue: "
+        "https://docs.ray.io/en/latest/ray-observability/user-guides/debug-apps/debug-memory.html. Consider "
+        "provisioning more "
+        "memory on this node or reducing task parallelism by requesting more CPUs per task. To adjust the kill "
+        "threshold, set the environment variable `RAY_memory_usage_threshold` when starting Ray. To disable "
+        "worker killing, set the environment variable `RAY_memory_monitor_refresh_ms` to zero.",
+    ]
+    winner = root_cause(list(load_rules().scan(tail, source="message")))
+    assert winner is not None and winner.rule.category.value == "host_oom"
