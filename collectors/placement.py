@@ -35,7 +35,7 @@ from typing import Any
 
 from collectors.dcgm import GpuSample
 from collectors.prometheus import PrometheusClient
-from core.errors import SourceUnavailable
+from collectors.ray_api import RayStateApi
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
 
 JOB_GPUS_METRIC = "argus_job_gpus"
@@ -43,11 +43,6 @@ PLACEMENT_METRIC = "argus_gpu_placement"
 SOURCE = "ray.placement"
 DEFAULT_OWNER_KEYS = ("owner", "user")
 
-_LIMIT = 10_000
-_HINT = (
-    "check that the Ray head is up and that ARGUS_RAY_DASHBOARD_URL points at its dashboard "
-    "(http://<head>:8265 by default)"
-)
 # An actor holds its lease from the moment it has a node until it dies; RESTARTING ones hold nothing yet.
 _HOLDING_ACTOR_STATES = {"ALIVE", "PENDING_CREATION"}
 
@@ -149,39 +144,20 @@ class GpuPlacementCollector:
         clock: Callable[[], datetime] = utcnow,
         state_api: Any = None,
     ) -> None:
-        self.dashboard_url = dashboard_url.rstrip("/")
-        self._api = state_api
+        self._ray = RayStateApi(dashboard_url, timeout_s, state_api)
+        self.dashboard_url = self._ray.dashboard_url
         self.timeout_s = timeout_s
         self.owner_keys = tuple(owner_keys)
         self._on_placement = on_placement
         self._clock = clock
 
-    def _call(self, fn_name: str, **kwargs: Any) -> list[Any]:
-        if self._api is None:
-            from ray.util import state  # imported late: it is heavy and the API process may not need it
-
-            self._api = state
-        try:
-            return list(
-                getattr(self._api, fn_name)(
-                    address=self.dashboard_url,
-                    timeout=max(1, int(self.timeout_s)),
-                    limit=_LIMIT,
-                    raise_on_missing_output=False,
-                    **kwargs,
-                )
-            )
-        except Exception as exc:  # Ray raises several unrelated types here; all mean "not reachable"
-            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise SourceUnavailable("Ray state API", self.dashboard_url, cause[:300], hint=_HINT) from exc
-
     def placements(self) -> tuple[list[JobPlacement], list[dict[str, Any]]]:
         """(jobs holding GPUs, every node as {node_id, node_ip, node_name, state, gpus_total})."""
-        nodes = self._call("list_nodes", detail=True)
-        jobs = self._call("list_jobs", detail=True)
-        groups = self._call("list_placement_groups", detail=True)
-        actors = self._call("list_actors", detail=True)
-        tasks = self._call("list_tasks", detail=True, filters=[("state", "=", "RUNNING")])
+        nodes = self._ray.call("list_nodes", detail=True)
+        jobs = self._ray.call("list_jobs", detail=True)
+        groups = self._ray.call("list_placement_groups", detail=True)
+        actors = self._ray.call("list_actors", detail=True)
+        tasks = self._ray.call("list_tasks", detail=True, filters=[("state", "=", "RUNNING")])
 
         node_info = {
             str(_field(n, "node_id")): {

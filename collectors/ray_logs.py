@@ -44,16 +44,13 @@ from loguru import logger
 
 from collectors.logs import LineSplitter
 from collectors.offsets import OffsetStore
+from collectors.ray_api import DASHBOARD_HINT, cause_of
 from core.errors import SourceUnavailable
 from core.limits import MAX_LINE_CHARS
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
 
 TAIL_CHECK_BYTES = 64
 NO_JOB = "ffffffff"  # the job id in the names of workers started before any job claimed them
-_HINT = (
-    "check that the Ray head is up and that ARGUS_RAY_DASHBOARD_URL points at its dashboard "
-    "(http://<head>:8265 by default)"
-)
 _WORKER = re.compile(r"^worker-[0-9a-f]+-([0-9a-f]{8})-\d+\.(?:out|err)$")
 _DRIVER = re.compile(r"^job-driver-(.+)\.log$")
 _STREAMS = {"raylet.out": "raylet", "raylet.err": "raylet", "gcs_server.out": "gcs", "gcs_server.err": "gcs"}
@@ -167,7 +164,7 @@ class RayLogsCollector:
             response.raise_for_status()
             summary = response.json()["data"]["summary"]
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            raise SourceUnavailable("Ray dashboard", self.dashboard_url, _cause(exc), hint=_HINT) from exc
+            raise SourceUnavailable("Ray dashboard", self.dashboard_url, cause_of(exc), hint=DASHBOARD_HINT) from exc
         alive: dict[str, _Node] = {}
         for entry in summary:
             raylet = entry.get("raylet") or {}
@@ -204,7 +201,7 @@ class RayLogsCollector:
             jobs = response.json()
         except (httpx.HTTPError, ValueError) as exc:
             logger.warning("cannot list Ray jobs at {}: {}; worker logs keep their last known jobs",
-                           self.dashboard_url, _cause(exc))
+                           self.dashboard_url, cause_of(exc))
             return
         for job in jobs if isinstance(jobs, list) else []:
             job_id, submission_id = job.get("job_id"), job.get("submission_id")
@@ -224,7 +221,7 @@ class RayLogsCollector:
             result = response.json()["data"]["result"]
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             if not node.failing:
-                logger.warning("cannot list Ray logs of node {} ({}): {}", node.node_id, node.ip, _cause(exc))
+                logger.warning("cannot list Ray logs of node {} ({}): {}", node.node_id, node.ip, cause_of(exc))
             node.failing = True
             return None
         node.failing = False
@@ -251,7 +248,7 @@ class RayLogsCollector:
                     return result
                 state = _fresh()
         except httpx.HTTPError as exc:
-            return _ReadResult(file, error=_cause(exc))
+            return _ReadResult(file, error=cause_of(exc))
         return _ReadResult(file, error="file keeps changing under the reader")
 
     def _read_range(self, url: str, file: _File, state: dict[str, Any]) -> _ReadResult | None:
@@ -365,7 +362,3 @@ def _total_size(content_range: str) -> int | None:
     match = re.search(r"/(\d+)\s*$", content_range)
     return int(match.group(1)) if match else None
 
-
-def _cause(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:300]

@@ -13,14 +13,9 @@ from typing import Any
 
 from loguru import logger
 
+from collectors.ray_api import RayStateApi
 from core.errors import SourceUnavailable
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
-
-_LIMIT = 10_000
-_HINT = (
-    "check that the Ray head is up and that ARGUS_RAY_DASHBOARD_URL points at its dashboard "
-    "(http://<head>:8265 by default)"
-)
 
 
 def _ms_to_dt(ms: Any) -> datetime | None:
@@ -51,44 +46,26 @@ class RayStateCollector:
         state_api: Any = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
-        self.dashboard_url = dashboard_url.rstrip("/")
+        self._ray = RayStateApi(dashboard_url, timeout_s, state_api)
+        self.dashboard_url = self._ray.dashboard_url
         self.timeout_s = timeout_s
-        self._api = state_api
         self._clock = clock
         # node_id -> {job_id: job summary}; survives the node's death so findings can name the jobs.
         self._placement: dict[str, dict[str, dict[str, Any]]] = {}
         self._dead_seen: set[str] = set()
 
-    def _state_api(self) -> Any:
-        if self._api is None:
-            from ray.util import state  # imported late: it is heavy and the API process may not need it
-
-            self._api = state
-        return self._api
-
-    def _call(self, fn_name: str, **kwargs: Any) -> list[Any]:
-        api = self._state_api()
-        try:
-            return list(
-                getattr(api, fn_name)(
-                    address=self.dashboard_url,
-                    timeout=max(1, int(self.timeout_s)),
-                    limit=_LIMIT,
-                    raise_on_missing_output=False,
-                    **kwargs,
-                )
-            )
-        except Exception as exc:  # Ray raises several unrelated types here; all mean "not reachable"
-            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise SourceUnavailable("Ray state API", self.dashboard_url, cause[:300], hint=_HINT) from exc
-
     def collect(self) -> list[Signal]:
         now = self._clock()
-        nodes = self._call("list_nodes", detail=True)
-        jobs = self._call("list_jobs", detail=True)  # without detail Ray drops start/end times and driver_node_id
-        actors = self._call("list_actors", filters=[("state", "=", "ALIVE")])
+        nodes = self._ray.call("list_nodes", detail=True)
+        jobs = self._ray.call("list_jobs", detail=True)  # without detail Ray drops start/end times and driver_node_id
+        actors = self._ray.call("list_actors", filters=[("state", "=", "ALIVE")])
 
-        job_info = {str(_field(j, "job_id")): self._job_summary(j) for j in jobs if _field(j, "job_id")}
+        # A submitted job has no Ray job id until (unless) its entrypoint calls ray.init(): key by either.
+        job_info = {
+            str(_field(j, "job_id") or _field(j, "submission_id")): self._job_summary(j)
+            for j in jobs
+            if _field(j, "job_id") or _field(j, "submission_id")
+        }
         live: dict[str, dict[str, dict[str, Any]]] = {}
         for actor in actors:
             node_id, job_id = _field(actor, "node_id"), _field(actor, "job_id")
@@ -130,7 +107,7 @@ class RayStateCollector:
     def _jobs_of_dead_node(self, node_id: str, job_info: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Jobs whose actors were on a node that just died: Ray still lists those actors, now DEAD."""
         try:
-            actors = self._call("list_actors", filters=[("node_id", "=", node_id)])
+            actors = self._ray.call("list_actors", filters=[("node_id", "=", node_id)])
         except SourceUnavailable as exc:
             logger.warning("could not list actors of dead node {}: {}", node_id, exc)
             return {}
@@ -175,7 +152,7 @@ class RayStateCollector:
         status = _field(job, "status")
         status = getattr(status, "value", status)  # an enum in the SDK, a string over REST
         return {
-            "job_id": str(_field(job, "job_id")),
+            "job_id": str(_field(job, "job_id") or _field(job, "submission_id")),
             "submission_id": _field(job, "submission_id"),
             "status": str(status) if status else None,
             "entrypoint": _field(job, "entrypoint"),

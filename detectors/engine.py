@@ -21,6 +21,7 @@ from loguru import logger
 from core.errors import RuleError
 from core.limits import MAX_LINE_BYTES, MAX_LINE_CHARS
 from core.types import Category, Severity
+from detectors.rule_files import RuleFile, RuleItem, rule_paths
 
 try:  # the regex parser moved in 3.11; the old name still works but warns there
     import re._parser as _sre_parse  # type: ignore[import-not-found]
@@ -31,14 +32,11 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 STREAM_BLOCK_BYTES = 4 * 1024 * 1024
 
-RULE_FILE_SUFFIXES = (".yaml", ".yml")
 ANY_SOURCE = "*"
 
 _FILE_KEYS = {"source", "rules"}
 _REQUIRED_RULE_KEYS = ("reason", "category", "type", "pattern")
 _OPTIONAL_RULE_KEYS = ("severity", "confidence", "action", "priority", "description", "source")
-_RULE_KEYS = set(_REQUIRED_RULE_KEYS) | set(_OPTIONAL_RULE_KEYS)
-_REASON_RE = re.compile(r"[A-Z][A-Za-z0-9]*")
 DEFAULT_PRIORITY = 50
 
 
@@ -229,20 +227,9 @@ def builtin_rule_dir() -> Path:
     return Path(__file__).resolve().parent / "rules"
 
 
-def rule_files(directory: Path) -> list[Path]:
-    if not directory.is_dir():
-        raise RuleError(
-            f"rules folder {directory} does not exist or is not a folder",
-            hint="pass an existing folder holding *.yaml rule files",
-        )
-    return sorted(p for p in directory.iterdir() if p.is_file() and p.suffix in RULE_FILE_SUFFIXES)
-
-
 def load_rules(extra_dirs: Iterable[Path] = ()) -> RuleSet:
     """The built-in rules plus every *.yaml / *.yml in the extra folders, validated together."""
-    paths = rule_files(builtin_rule_dir())
-    for directory in extra_dirs:
-        paths.extend(rule_files(Path(directory)))
+    paths = rule_paths(builtin_rule_dir(), extra_dirs, "rule")
     ruleset = RuleSet.load(paths)
     logger.trace("loaded {} log rules from {} files", len(ruleset), len(paths))
     return ruleset
@@ -252,86 +239,27 @@ def load_rules(extra_dirs: Iterable[Path] = ()) -> RuleSet:
 
 
 def load_rule_file(path: Path) -> list[LogRule]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RuleError(f"{path}: cannot read rule file: {exc}", hint="check the path and permissions") from exc
-    try:
-        loader = yaml.SafeLoader(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else 1
-        raise RuleError(
-            f"{path}:{line}: not valid YAML: {exc.problem or exc}", hint="fix the YAML syntax at that line"
-        ) from exc
-    except yaml.YAMLError as exc:
-        raise RuleError(f"{path}:1: not valid YAML: {exc}", hint="fix the YAML syntax") from exc
-
-    if node is None:
-        raise RuleError(
-            f"{path}:1: rule file is empty", hint="write `source: <stream>` and a `rules:` list, or delete the file"
-        )
-    if not isinstance(node, yaml.MappingNode) or not isinstance(data, dict):
-        raise RuleError(
-            f"{path}:{_line(node)}: a rule file must be a mapping with `source` and `rules`",
-            hint="see detectors/rules/node_lost.yaml for the shape",
-        )
-    keys = _key_lines(path, node)
-    unknown = sorted(set(data) - _FILE_KEYS, key=str)
-    if unknown:
-        raise RuleError(
-            f"{path}:{keys[unknown[0]]}: unknown key '{unknown[0]}' at file level",
-            hint=f"allowed: {', '.join(sorted(_FILE_KEYS))}",
-        )
+    rule_file = RuleFile.read(
+        path,
+        kind="rule",
+        empty_hint="write `source: <stream>` and a `rules:` list, or delete the file",
+        shape="`source` and `rules`",
+        shape_hint="see detectors/rules/node_lost.yaml for the shape",
+        allowed=_FILE_KEYS,
+    )
     for key in ("source", "rules"):
-        if key not in data:
-            raise RuleError(f"{path}:{_line(node)}: missing `{key}` at file level", hint="add it")
-    sources = _sources(path, keys["source"], data["source"])
-    rules_node = _value_node(node, "rules")
-    if not isinstance(data["rules"], list) or not isinstance(rules_node, yaml.SequenceNode):
-        raise RuleError(f"{path}:{keys['rules']}: `rules` must be a list of rules", hint="start each rule with `- `")
-    if not data["rules"]:
-        raise RuleError(f"{path}:{keys['rules']}: `rules` is empty", hint="add rules or delete the file")
-    return [
-        _build_rule(path, item_node, item, sources)
-        for item_node, item in zip(rules_node.value, data["rules"], strict=True)
-    ]
+        rule_file.require(key, hint="add it")
+    sources = _sources(path, rule_file.keys["source"], rule_file.data["source"])
+    return [_build_rule(path, item_node, item, sources) for item_node, item in rule_file.rule_items()]
 
 
 def _build_rule(path: Path, node: yaml.Node, item: Any, file_sources: tuple[str, ...]) -> LogRule:
-    at = _line(node)
-    if not isinstance(item, dict) or not isinstance(node, yaml.MappingNode):
-        raise RuleError(f"{path}:{at}: a rule must be a mapping", hint="give it reason, category, type and pattern")
-    keys = _key_lines(path, node)
-
-    def fail(key: str | None, what: str, hint: str) -> RuleError:
-        line = keys.get(key, at) if key else at
-        name = item.get("reason")
-        label = f" (rule {name})" if isinstance(name, str) else ""
-        return RuleError(f"{path}:{line}{label}: {what}", hint=hint)
-
-    unknown = sorted((k for k in item if k not in _RULE_KEYS), key=str)
-    if unknown:
-        raise fail(unknown[0], f"unknown key '{unknown[0]}'", f"allowed: {', '.join(sorted(_RULE_KEYS))}")
-    for key in _REQUIRED_RULE_KEYS:
-        if key not in item or item[key] in (None, ""):
-            raise fail(None, f"missing required field '{key}'", f"every rule needs {', '.join(_REQUIRED_RULE_KEYS)}")
-
-    reason = item["reason"]
-    if not isinstance(reason, str) or not _REASON_RE.fullmatch(reason):
-        raise fail("reason", f"reason {reason!r} is not a CamelCase name", "e.g. NodeMarkedDead")
-    category = _enum(Category, item["category"])
-    if category is None:
-        allowed = ", ".join(c.value for c in Category)
-        raise fail("category", f"unknown category {item['category']!r}", f"allowed: {allowed}")
-    rtype = _enum(RuleType, item["type"])
-    if rtype is None:
-        raise fail("type", f"unknown type {item['type']!r}", "allowed: permanent, temporary")
+    rule = RuleItem(path, node, item, kind="rule", hint="give it reason, category, type and pattern")
+    fail = rule.fail
+    rule.check_keys(_REQUIRED_RULE_KEYS, _OPTIONAL_RULE_KEYS)
+    reason = rule.reason("NodeMarkedDead")
+    category = rule.choice("category", Category)
+    rtype = rule.choice("type", RuleType)
     pattern = item["pattern"]
     if not isinstance(pattern, str):
         raise fail("pattern", "pattern must be a string", "quote it with single quotes")
@@ -349,27 +277,16 @@ def _build_rule(path: Path, node: yaml.Node, item: Any, file_sources: tuple[str,
             "bound the inner repeat, e.g. [^ ]{1,64}, or drop the outer one",
         )
 
-    severity_raw = item.get("severity")
     severity = Severity.CRITICAL if rtype is RuleType.PERMANENT else Severity.WARNING
-    if severity_raw is not None:
-        parsed = _enum(Severity, severity_raw)
-        if parsed is None:
-            allowed = ", ".join(s.value for s in Severity)
-            raise fail("severity", f"unknown severity {severity_raw!r}", f"allowed: {allowed}")
-        severity = parsed
-    confidence = item.get("confidence", 0.9 if rtype is RuleType.PERMANENT else 0.5)
-    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
-        raise fail("confidence", f"confidence {confidence!r} is not a number from 0 to 1", "e.g. 0.9")
+    if item.get("severity") is not None:
+        severity = rule.choice("severity", Severity)
+    confidence = rule.confidence(0.9 if rtype is RuleType.PERMANENT else 0.5)
     priority = item.get("priority", DEFAULT_PRIORITY)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise fail("priority", f"priority {priority!r} is not an integer", "higher wins; e.g. 90 for a lost node")
-    action = item.get("action")
-    if action is not None and not isinstance(action, str):
-        raise fail("action", "action must be text", "write the recommended action as one sentence")
-    description = item.get("description")
-    if description is not None and not isinstance(description, str):
-        raise fail("description", "description must be text", "write one sentence")
-    sources = _sources(path, keys.get("source", at), item["source"]) if "source" in item else file_sources
+    action = rule.text("action", "write the recommended action as one sentence")
+    description = rule.text("description", "write one sentence")
+    sources = _sources(path, rule.keys.get("source", rule.line), item["source"]) if "source" in item else file_sources
     return LogRule(
         reason=reason,
         category=category,
@@ -378,12 +295,12 @@ def _build_rule(path: Path, node: yaml.Node, item: Any, file_sources: tuple[str,
         regex=regex,
         sources=sources,
         severity=severity,
-        confidence=float(confidence),
+        confidence=confidence,
         action=action.strip() if action else None,
         priority=priority,
         description=description.strip() if description else None,
         file=path,
-        line=at,
+        line=rule.line,
     )
 
 
@@ -395,35 +312,6 @@ def _sources(path: Path, line: int, value: Any) -> tuple[str, ...]:
             hint="e.g. job-logs, raylet, gcs, or '*' for any stream",
         )
     return tuple(v.strip() for v in values)
-
-
-def _enum(kind: type[Enum], value: Any) -> Any:
-    try:
-        return kind(value)
-    except ValueError:
-        return None
-
-
-def _line(node: yaml.Node) -> int:
-    return node.start_mark.line + 1
-
-
-def _key_lines(path: Path, node: yaml.MappingNode) -> dict[Any, int]:
-    """Line of every key; PyYAML keeps the last of duplicate keys silently, so they are refused here."""
-    lines: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
-        if key in lines:
-            raise RuleError(
-                f"{path}:{_line(key_node)}: key '{key}' appears twice (first at line {lines[key]})",
-                hint="remove one of them",
-            )
-        lines[key] = _line(key_node)
-    return lines
-
-
-def _value_node(node: yaml.MappingNode, key: str) -> yaml.Node | None:
-    return next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
 
 
 _REPEATS = {_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT}

@@ -29,6 +29,7 @@ from core.types import (
     utcnow,
 )
 from detectors.engine import RuleSet, root_cause
+from detectors.timestamps import parse_iso
 
 UNMATCHED_REASON = "JobFailed"
 UNMATCHED_ACTION = (
@@ -69,7 +70,7 @@ class JobFailureDetector:
             if signal.attrs.get("status") != "FAILED" or signal.subject.id in self._reported:
                 continue
             self._remember(signal.subject.id)
-            ended = _parse(signal.attrs.get("end_time")) or signal.observed_at
+            ended = parse_iso(signal.attrs.get("end_time")) or signal.observed_at
             if self._clock() - ended > self.lookback:
                 continue
             finding = self._classify(signal, ended)
@@ -162,13 +163,3 @@ def _evidence(source: str, text: str, line: int, at: datetime) -> Evidence:
 def _clip(text: str, limit: int) -> str:
     text = text.strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _parse(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
-

@@ -19,6 +19,7 @@ from core.types import (
     SignalKind,
     utcnow,
 )
+from detectors.timestamps import parse_iso
 
 ACTION = (
     "Check the node's host (power, network, kernel log, raylet.out and gcs_server.out); resubmit the jobs "
@@ -42,7 +43,7 @@ class LostNodeDetector:
             node_id = signal.subject.id
             if node_id in self._reported:
                 continue
-            died_at = _parse(signal.attrs.get("end_time")) or signal.observed_at
+            died_at = parse_iso(signal.attrs.get("end_time")) or signal.observed_at
             if self._clock() - died_at > self.lookback:
                 self._reported.add(node_id)
                 continue
@@ -93,12 +94,3 @@ class LostNodeDetector:
                 "jobs": jobs,
             },
         )
-
-
-def _parse(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None

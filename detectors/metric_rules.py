@@ -32,7 +32,6 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +41,8 @@ from loguru import logger
 from core.errors import MissingBinary, RuleError
 from core.types import Category, Evidence, Finding, Severity, Signal, SignalKind, fingerprint_of, utcnow
 from detectors import xid as xid_catalog
+from detectors.rule_files import RuleFile, RuleItem, rule_paths
 
-RULE_FILE_SUFFIXES = (".yaml", ".yml")
 EXPORT_FILE_NAME = "argus-detections.rules.yml"
 
 # Signal attributes written by collectors.metric_rules.MetricRuleCollector.
@@ -53,9 +52,14 @@ EVALUATED_ATTR = "rule_evaluated"  # marks the one signal per evaluated rule tha
 _FILE_KEYS = {"group", "rules"}
 _REQUIRED_RULE_KEYS = ("reason", "category", "severity", "expr", "summary")
 _OPTIONAL_RULE_KEYS = ("for", "action", "description", "confidence", "labels", "xid")
-_RULE_KEYS = set(_REQUIRED_RULE_KEYS) | set(_OPTIONAL_RULE_KEYS)
+# Keys of log rules, found in a metric rule file: the hint says where they belong.
+_LOG_FILE_KEYS = dict.fromkeys(
+    ("source", "pattern"), "; log rules (source, pattern) belong in detectors/rules/, not detectors/rules/metrics/"
+)
+_LOG_RULE_KEYS = dict.fromkeys(
+    ("pattern", "type", "source"), "; this looks like a log rule, which belongs in detectors/rules/"
+)
 _RESERVED_LABELS = {"severity", "category", "alertname"}
-_REASON_RE = re.compile(r"[A-Z][A-Za-z0-9]*")
 _GROUP_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _DURATION_RE = re.compile(r"(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?")
@@ -130,20 +134,9 @@ def builtin_metric_rule_dir() -> Path:
     return Path(__file__).resolve().parent / "rules" / "metrics"
 
 
-def metric_rule_files(directory: Path) -> list[Path]:
-    if not directory.is_dir():
-        raise RuleError(
-            f"metric rules folder {directory} does not exist or is not a folder",
-            hint="pass an existing folder holding *.yaml metric rule files",
-        )
-    return sorted(p for p in directory.iterdir() if p.is_file() and p.suffix in RULE_FILE_SUFFIXES)
-
-
 def load_metric_rules(extra_dirs: Iterable[Path] = ()) -> MetricRuleSet:
     """The built-in metric rules plus every *.yaml / *.yml in the extra folders, validated together."""
-    paths = metric_rule_files(builtin_metric_rule_dir())
-    for directory in extra_dirs:
-        paths.extend(metric_rule_files(Path(directory)))
+    paths = rule_paths(builtin_metric_rule_dir(), extra_dirs, "metric rule")
     ruleset = MetricRuleSet.load(paths)
     logger.trace("loaded {} metric rules from {} files", len(ruleset), len(paths))
     return ruleset
@@ -217,100 +210,36 @@ def _go_percent(value: float) -> str:
 
 
 def load_metric_rule_file(path: Path) -> list[MetricRule]:
-    node, data = _read_yaml(path)
-    if not isinstance(node, yaml.MappingNode) or not isinstance(data, dict):
-        raise RuleError(
-            f"{path}:{_line(node)}: a metric rule file must be a mapping with `rules` (and optional `group`)",
-            hint="see detectors/rules/metrics/gpu_hardware.yaml for the shape",
-        )
-    keys = _key_lines(path, node)
-    unknown = sorted(set(data) - _FILE_KEYS, key=str)
-    if unknown:
-        hint = "allowed: group, rules"
-        if unknown[0] in ("source", "pattern"):
-            hint += "; log rules (source, pattern) belong in detectors/rules/, not detectors/rules/metrics/"
-        raise RuleError(f"{path}:{keys[unknown[0]]}: unknown key '{unknown[0]}' at file level", hint=hint)
-    if "rules" not in data:
-        raise RuleError(f"{path}:{_line(node)}: missing `rules` at file level", hint="add a `rules:` list")
-    group = data.get("group", f"argus-{path.stem.replace('_', '-')}")
+    rule_file = RuleFile.read(
+        path,
+        kind="metric rule",
+        empty_hint="write a `rules:` list, or delete the file",
+        shape="`rules` (and optional `group`)",
+        shape_hint="see detectors/rules/metrics/gpu_hardware.yaml for the shape",
+        allowed=_FILE_KEYS,
+        misplaced=_LOG_FILE_KEYS,
+    )
+    rule_file.require("rules", hint="add a `rules:` list")
+    group = rule_file.data.get("group", f"argus-{path.stem.replace('_', '-')}")
     if not isinstance(group, str) or not _GROUP_RE.fullmatch(group):
         raise RuleError(
-            f"{path}:{keys.get('group', 1)}: group {group!r} is not a valid rule group name",
+            f"{path}:{rule_file.keys.get('group', 1)}: group {group!r} is not a valid rule group name",
             hint="use letters, digits, '-', '_' and '.', e.g. argus-gpu-hardware",
         )
-    rules_node = _value_node(node, "rules")
-    if not isinstance(data["rules"], list) or not isinstance(rules_node, yaml.SequenceNode):
-        raise RuleError(f"{path}:{keys['rules']}: `rules` must be a list of rules", hint="start each rule with `- `")
-    if not data["rules"]:
-        raise RuleError(f"{path}:{keys['rules']}: `rules` is empty", hint="add rules or delete the file")
-    return [
-        _build_rule(path, item_node, item, group)
-        for item_node, item in zip(rules_node.value, data["rules"], strict=True)
-    ]
-
-
-def _read_yaml(path: Path) -> tuple[yaml.Node, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RuleError(f"{path}: cannot read metric rule file: {exc}", hint="check the path and permissions") from exc
-    try:
-        loader = yaml.SafeLoader(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else 1
-        raise RuleError(
-            f"{path}:{line}: not valid YAML: {exc.problem or exc}", hint="fix the YAML syntax at that line"
-        ) from exc
-    except yaml.YAMLError as exc:
-        raise RuleError(f"{path}:1: not valid YAML: {exc}", hint="fix the YAML syntax") from exc
-    if node is None:
-        raise RuleError(f"{path}:1: metric rule file is empty", hint="write a `rules:` list, or delete the file")
-    return node, data
+    return [_build_rule(path, item_node, item, group) for item_node, item in rule_file.rule_items()]
 
 
 def _build_rule(path: Path, node: yaml.Node, item: Any, group: str) -> MetricRule:
-    at = _line(node)
-    if not isinstance(item, dict) or not isinstance(node, yaml.MappingNode):
-        raise RuleError(
-            f"{path}:{at}: a metric rule must be a mapping",
-            hint=f"give it {', '.join(_REQUIRED_RULE_KEYS)}",
-        )
-    keys = _key_lines(path, node)
-
-    def fail(key: str | None, what: str, hint: str) -> RuleError:
-        line = keys.get(key, at) if key else at
-        name = item.get("reason")
-        label = f" (rule {name})" if isinstance(name, str) else ""
-        return RuleError(f"{path}:{line}{label}: {what}", hint=hint)
-
-    unknown = sorted((k for k in item if k not in _RULE_KEYS), key=str)
-    if unknown:
-        hint = f"allowed: {', '.join(sorted(_RULE_KEYS))}"
-        if unknown[0] in ("pattern", "type", "source"):
-            hint += "; this looks like a log rule, which belongs in detectors/rules/"
-        raise fail(unknown[0], f"unknown key '{unknown[0]}'", hint)
-    for key in _REQUIRED_RULE_KEYS:
-        if key not in item or item[key] in (None, ""):
-            needs = ", ".join(_REQUIRED_RULE_KEYS)
-            raise fail(None, f"missing required field '{key}'", f"every metric rule needs {needs}")
-
-    reason = item["reason"]
-    if not isinstance(reason, str) or not _REASON_RE.fullmatch(reason):
-        raise fail("reason", f"reason {reason!r} is not a CamelCase name", "e.g. GpuXidDrainAndReset")
-    category = _enum(Category, item["category"])
-    if category is None:
-        allowed = ", ".join(c.value for c in Category)
-        raise fail("category", f"unknown category {item['category']!r}", f"allowed: {allowed}")
-    severity = _enum(Severity, item["severity"])
-    if severity is None:
-        allowed = ", ".join(s.value for s in Severity)
-        raise fail("severity", f"unknown severity {item['severity']!r}", f"allowed: {allowed}")
+    rule = RuleItem(path, node, item, kind="metric rule", hint=f"give it {', '.join(_REQUIRED_RULE_KEYS)}")
+    fail = rule.fail
+    rule.check_keys(
+        _REQUIRED_RULE_KEYS,
+        _OPTIONAL_RULE_KEYS,
+        misplaced=_LOG_RULE_KEYS,
+    )
+    reason = rule.reason("GpuXidDrainAndReset")
+    category = rule.choice("category", Category)
+    severity = rule.choice("severity", Severity)
     expr = item["expr"]
     if not isinstance(expr, str) or not expr.strip():
         raise fail("expr", "expr must be a PromQL expression (text)", "quote it, or use `expr: |` for several lines")
@@ -332,13 +261,9 @@ def _build_rule(path: Path, node: yaml.Node, item: Any, group: str) -> MetricRul
             f"summary template: {bad}",
             "use only {{ $labels.<name> }}, {{ $value }} and {{ $value | humanizePercentage }}",
         )
-    confidence = item.get("confidence", 0.9)
-    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
-        raise fail("confidence", f"confidence {confidence!r} is not a number from 0 to 1", "e.g. 0.9")
-    for key in ("action", "description"):
-        value = item.get(key)
-        if value is not None and not isinstance(value, str):
-            raise fail(key, f"{key} must be text", "write it as one or two sentences")
+    confidence = rule.confidence(0.9)
+    action = rule.text("action", "write it as one or two sentences")
+    description = rule.text("description", "write it as one or two sentences")
     labels = item.get("labels") or {}
     if not isinstance(labels, dict):
         raise fail("labels", "labels must be a mapping of name: value", "e.g. labels: {team: ops}")
@@ -353,7 +278,6 @@ def _build_rule(path: Path, node: yaml.Node, item: Any, group: str) -> MetricRul
     xid_flag = item.get("xid", False)
     if not isinstance(xid_flag, bool):
         raise fail("xid", f"xid must be true or false, not {xid_flag!r}", "write `xid: true` on Xid rules")
-    action, description = item.get("action"), item.get("description")
     return MetricRule(
         reason=reason,
         category=category,
@@ -364,12 +288,12 @@ def _build_rule(path: Path, node: yaml.Node, item: Any, group: str) -> MetricRul
         for_s=for_s,
         action=" ".join(action.split()) if action else None,
         description=" ".join(description.split()) if description else None,
-        confidence=float(confidence),
+        confidence=confidence,
         labels={str(k): str(v) for k, v in labels.items()},
         xid=xid_flag,
         group=group,
         file=path,
-        line=at,
+        line=rule.line,
     )
 
 
@@ -400,35 +324,6 @@ def _expr_problem(expr: str) -> str | None:
     if stack:
         return f"unclosed '{stack[-1]}'"
     return None
-
-
-def _enum(kind: type[Enum], value: Any) -> Any:
-    try:
-        return kind(value)
-    except ValueError:
-        return None
-
-
-def _line(node: yaml.Node) -> int:
-    return node.start_mark.line + 1
-
-
-def _key_lines(path: Path, node: yaml.MappingNode) -> dict[Any, int]:
-    """Line of every key; PyYAML silently keeps the last of duplicate keys, so they are refused here."""
-    lines: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
-        if key in lines:
-            raise RuleError(
-                f"{path}:{_line(key_node)}: key '{key}' appears twice (first at line {lines[key]})",
-                hint="remove one of them",
-            )
-        lines[key] = _line(key_node)
-    return lines
-
-
-def _value_node(node: yaml.MappingNode, key: str) -> yaml.Node | None:
-    return next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
 
 
 # --- export to Prometheus --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from argus.store.store import Store
 from collectors.ray_state import RayStateCollector
 from core.types import Category
 from detectors.lost_node import LostNodeDetector
+from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.ray]
 
@@ -36,16 +37,6 @@ for i in range(100000):
     print(f"step {i}", flush=True)
     ray.get(rank.step.remote(i))
 """
-
-
-def wait_for(what, check, timeout=90.0, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def rank_alive(dashboard_url: str) -> bool:
@@ -75,14 +66,15 @@ def test_killed_worker_becomes_one_incident_everywhere(ray_cluster, ray_faults, 
     pipeline = make_pipeline(ray_cluster, store, webhook_receiver.url)
     worker = ray_cluster.worker(1)
     try:
-        wait_for("the job's rank to run on worker 1", lambda: rank_alive(ray_cluster.dashboard_url))
+        wait_until("the job's rank to run on worker 1", lambda: rank_alive(ray_cluster.dashboard_url),
+                   interval=0.2)
         pipeline.run_once()  # Argus sees the node ALIVE with the job on it
         killed_at = ray_faults.kill_worker(1)
 
         def opened():
             return pipeline.run_once().opened
 
-        [incident] = wait_for("a node_lost incident", opened, timeout=90, interval=0.3)
+        [incident] = wait_until("a node_lost incident", opened, timeout=90, interval=0.3)
         assert incident.category is Category.NODE_LOST and incident.subject.id == worker.node_id
         assert incident.first_seen.timestamp() >= killed_at - 1
         [finding] = store.findings_for(incident.id)

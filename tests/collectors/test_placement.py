@@ -7,17 +7,14 @@ and no GPU exists on this machine, so what is tested is which job Ray says holds
 
 from __future__ import annotations
 
-import sys
-import time
-
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from ray.job_submission import JobStatus, JobSubmissionClient
 
 from argus.exporter import ArgusMetrics
 from collectors.placement import GpuPlacementCollector, JobPlacement, NodeGpus
 from core.errors import SourceUnavailable
 from core.types import SignalKind, SubjectKind
+from tests.helpers import holding_job, wait_until
 
 # worker1: an actor with 2 GPUs and one placement group bundle; worker2: the other bundle and a task.
 # The actors inside the bundles use the bundles' GPUs, so they must not be counted a second time.
@@ -48,16 +45,6 @@ time.sleep(900)
 """
 
 
-def wait_until(what, check, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def job_gpus_samples(metrics: ArgusMetrics, submission_id: str) -> dict[str, tuple[float, dict]]:
     families = {f.name: f for f in text_string_to_metric_families(metrics.render().decode())}
     return {
@@ -67,49 +54,10 @@ def job_gpus_samples(metrics: ArgusMetrics, submission_id: str) -> dict[str, tup
     }
 
 
-def wait_for_holding(client: JobSubmissionClient, sid: str, timeout: float = 120.0) -> None:
-    """Until the job prints HOLDING; a job that ends first fails the test with its status and log.
-
-    The Jobs API can answer with an error while the job's supervisor starts on a loaded machine: retried.
-    """
-    deadline = time.monotonic() + timeout
-    last = "no answer yet"
-    while time.monotonic() < deadline:
-        try:
-            logs, status = client.get_job_logs(sid), client.get_job_status(sid)
-        except RuntimeError as exc:
-            last = f"Jobs API error: {exc}"
-        else:
-            if "HOLDING" in logs:
-                return
-            if status.is_terminal():
-                raise AssertionError(f"job {sid} ended {status} before holding its GPUs:\n{logs}")
-            last = f"status {status}, log:\n{logs}"
-        time.sleep(0.5)
-    raise AssertionError(f"job {sid} did not hold its GPUs within {timeout:.0f} s; last: {last}")
-
-
 @pytest.fixture
 def gpu_job(ray_cluster, tmp_workdir):
-    script = tmp_workdir / "hold_gpus.py"
-    script.write_text(JOB)
-    client = JobSubmissionClient(ray_cluster.dashboard_url)
-    sid = client.submit_job(entrypoint=f"{sys.executable} {script}", metadata={"owner": "dave"})
-    stopped = False
-
-    def stop():
-        nonlocal stopped
-        if not stopped:
-            client.stop_job(sid)
-            wait_until("the job to stop", lambda: client.get_job_status(sid) in {
-                JobStatus.STOPPED, JobStatus.FAILED, JobStatus.SUCCEEDED}, timeout=60)
-            stopped = True
-
-    try:
-        wait_for_holding(client, sid)
+    with holding_job(ray_cluster.dashboard_url, tmp_workdir / "hold_gpus.py", JOB, owner="dave") as (sid, stop):
         yield sid, stop
-    finally:
-        stop()
 
 
 def test_placement_of_a_real_job_and_its_exported_metric(ray_cluster, gpu_job):

@@ -1,23 +1,12 @@
 """Ray's metrics and the DCGM exporter simulator, scraped by a real Prometheus and read through
 prometheus-api-client, as Argus reads a production Prometheus."""
 
-import time
-
 import pytest
 
 from argus.sim.dcgm_exporter import DcgmExporterSim
 from collectors.prometheus import PrometheusClient, PrometheusTargetsCollector
 from core.errors import InputError, SourceUnavailable
-
-
-def wait_until(what, check, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.helpers import wait_until
 
 
 @pytest.fixture
@@ -39,16 +28,18 @@ def test_dcgm_and_ray_series_through_prometheus_api_client(prometheus_stack, dcg
         rows = client.query('DCGM_FI_DEV_GPU_UTIL{Hostname="gpu-node-1", gpu="1"}')
         return rows if rows and rows[0]["value"][1] == "87" else None
 
-    [row] = wait_until("the simulated GPU's utilisation in Prometheus", util_of_gpu1)
+    [row] = wait_until("the simulated GPU's utilisation in Prometheus", util_of_gpu1, timeout=60)
     assert row["metric"]["modelName"].startswith("NVIDIA") and row["metric"]["UUID"].startswith("GPU-")
-    xid = wait_until("the Xid", lambda: client.query('DCGM_FI_DEV_XID_ERRORS{Hostname="gpu-node-1",gpu="1"} > 0'))
+    xid = wait_until("the Xid", lambda: client.query('DCGM_FI_DEV_XID_ERRORS{Hostname="gpu-node-1",gpu="1"} > 0'),
+                     timeout=60)
     assert xid[0]["value"][1] == "79"
-    assert len(wait_until("4 GPUs", lambda: (r := client.query("DCGM_FI_DEV_FB_USED")) and len(r) == 4 and r)) == 4
+    assert len(wait_until("4 GPUs", lambda: (r := client.query("DCGM_FI_DEV_FB_USED")) and len(r) == 4 and r,
+                          timeout=60)) == 4
 
     ray_ips = {n.ip for n in ray_cluster.nodes}
     mem = wait_until("Ray node memory per node",
                      lambda: (r := client.query("ray_node_mem_total")) and {x["metric"].get("ip") for x in r} >= ray_ips
-                     and r)
+                     and r, timeout=60)
     assert all(float(x["value"][1]) > 0 for x in mem)
 
 
@@ -59,11 +50,12 @@ def test_targets_collector_sees_every_target_up(prometheus_stack, dcgm_targets):
     def dcgm_up():  # targets of an earlier test may linger for a scrape or two after they were removed
         return {x.subject.id for x in collector.collect() if x.attrs["job"] == "dcgm" and x.value == 1}
 
-    wait_until("exactly this test's dcgm targets up", lambda: dcgm_up() == expected)
+    wait_until("exactly this test's dcgm targets up", lambda: dcgm_up() == expected, timeout=60)
     dcgm_targets[0].stop()
     down = wait_until(
         "the stopped exporter to be down",
         lambda: [x for x in collector.collect() if x.attrs["job"] == "dcgm" and x.value == 0],
+        timeout=60,
     )
     assert down[0].subject.name == dcgm_targets[0].host
 

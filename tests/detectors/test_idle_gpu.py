@@ -6,12 +6,10 @@ by hand. The real-stack test at the end says what is real and what is simulated.
 
 from __future__ import annotations
 
-import sys
 import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from ray.job_submission import JobStatus, JobSubmissionClient
 
 from argus.sim.dcgm_exporter import DcgmExporterSim
 from collectors.placement import GpuPlacementCollector, PrometheusGpuCollector
@@ -19,6 +17,7 @@ from collectors.prometheus import PrometheusClient
 from core.errors import ConfigError
 from core.types import Category, Signal, SignalKind, Subject, SubjectKind
 from detectors.idle_gpu import IdleGpuDetector
+from tests.helpers import holding_job, wait_until
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
 W1 = ("node-w1", "10.0.0.1", 4.0)  # node id, ip, GPUs Ray advertises
@@ -252,52 +251,12 @@ time.sleep(900)
 """
 
 
-def wait_until(what, check, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def wait_for_holding(client: JobSubmissionClient, sid: str, timeout: float = 120.0) -> None:
-    """Until the job prints HOLDING; a job that ends first fails the test with its status and log.
-
-    The Jobs API can answer with an error while the job's supervisor starts on a loaded machine: retried.
-    """
-    deadline = time.monotonic() + timeout
-    last = "no answer yet"
-    while time.monotonic() < deadline:
-        try:
-            logs, status = client.get_job_logs(sid), client.get_job_status(sid)
-        except RuntimeError as exc:
-            last = f"Jobs API error: {exc}"
-        else:
-            if "HOLDING" in logs:
-                return
-            if status.is_terminal():
-                raise AssertionError(f"job {sid} ended {status} before holding its GPUs:\n{logs}")
-            last = f"status {status}, log:\n{logs}"
-        time.sleep(0.5)
-    raise AssertionError(f"job {sid} did not hold its GPUs within {timeout:.0f} s; last: {last}")
-
-
 @pytest.fixture
 def whole_worker1_job(ray_cluster, tmp_workdir):
     """A real Ray job whose actor holds all 4 (advertised) GPUs of worker 1; stopped afterwards."""
     script = tmp_workdir / "hold_whole.py"
-    script.write_text(HOLD_WHOLE_WORKER1)
-    client = JobSubmissionClient(ray_cluster.dashboard_url)
-    sid = client.submit_job(entrypoint=f"{sys.executable} {script}", metadata={"owner": "carol"})
-    try:
-        wait_for_holding(client, sid)
+    with holding_job(ray_cluster.dashboard_url, script, HOLD_WHOLE_WORKER1, owner="carol") as (sid, _stop):
         yield sid
-    finally:
-        client.stop_job(sid)
-        wait_until("the job to stop", lambda: client.get_job_status(sid) in {
-            JobStatus.STOPPED, JobStatus.FAILED, JobStatus.SUCCEEDED}, timeout=60)
 
 
 def test_idle_then_busy_gpus_of_a_real_job_through_prometheus(ray_cluster, prometheus_stack,

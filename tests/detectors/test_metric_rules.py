@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import textwrap
-import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -33,6 +32,7 @@ from detectors.metric_rules import (
     promtool_check,
     render_template,
 )
+from tests.helpers import wait_until
 
 GOOD = """\
 group: test-group
@@ -292,16 +292,6 @@ def test_subjects_from_labels() -> None:
 # --- real stack -----------------------------------------------------------------------------------------
 
 
-def wait_for(what, check, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture
 def dcgm_sim(prometheus_stack):
     """A simulated 4-GPU exporter with a hostname of its own, scraped by the session Prometheus."""
@@ -330,7 +320,7 @@ def test_xid_79_and_13_through_real_prometheus(prometheus_stack, dcgm_sim) -> No
                 found[f.subject.id] = f
         return len(found) == 2
 
-    wait_for("findings for both simulated GPUs", both)
+    wait_until("findings for both simulated GPUs", both, timeout=60)
     assert collector.last_errors == {}
     hw, app = found[uuids[1]], found[uuids[2]]
     assert hw.category is Category.GPU_HARDWARE and hw.reason == "GpuXidDrainAndReset"
@@ -348,7 +338,7 @@ def test_xid_79_and_13_through_real_prometheus(prometheus_stack, dcgm_sim) -> No
         detector.detect(collector.collect())
         return key not in detector.pending()
 
-    wait_for("the Xid 79 series to clear", cleared)
+    wait_until("the Xid 79 series to clear", cleared, timeout=60)
 
 
 def test_rejected_query_skips_that_rule_and_unreachable_prometheus_raises(prometheus_stack, tmp_path: Path) -> None:
@@ -371,7 +361,7 @@ def test_shipped_rules_use_metric_names_that_exist(prometheus_stack, dcgm_sim) -
     dcgm_known = {c.name for c in DEFAULT_COUNTERS} | {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"}
     assert {n for n in names if n.startswith("DCGM_")} <= dcgm_known
     for name in sorted(n for n in names if n.startswith("ray_")):
-        wait_for(f"{name} from the real Ray cluster", lambda name=name: client.query(name), timeout=90)
+        wait_until(f"{name} from the real Ray cluster", lambda name=name: client.query(name), timeout=90)
 
     # The disk rule's expression, with a threshold every node meets, yields one node subject per Ray node.
     disk = load_metric_rules().get("RayNodeDiskNearlyFull")

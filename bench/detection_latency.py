@@ -1,0 +1,224 @@
+"""Fault-to-finding latency on a real local Ray cluster, every fault class the loop detects live.
+
+Brings up a Ray head and two workers (each advertising 4 GPUs; there are no real GPUs), Prometheus
+scraping Ray and a DCGM exporter SIMULATOR on worker 1, and Argus's full loop (`build_pipeline`, polling
+every --poll seconds). Then, --runs times:
+- gpu_oom: a job's driver prints a CUDA OOM traceback line (text printed by the job, no GPU) at a time it
+  announces; latency = incident - that time. Budget 30 s.
+- nccl_hang: a job prints `step N ts=<time>` every second and then stops (hangs); latency = incident -
+  last step. Budget max(60 s, 3 x step) + 30 s (the stall detector's floor is its production default, 60 s).
+- idle_gpu: a job holds worker 1's 4 GPUs while the simulator reports them busy, then 0% from a known
+  time; latency = incident - that time. Budget window + 30 s (--idle-window, default 60 s; production 600 s).
+- node_lost: SIGKILL of worker 1's raylet; latency = incident - kill, next to Ray's own DEAD verdict.
+  Budget Ray's verdict + 10 s. The head's health check is tuned (500 ms x 3) as in the demo.
+Prints median and p95 per fault and whether each run met its budget.
+
+    .venv/bin/python bench/detection_latency.py --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from argus.daemon import Daemon  # noqa: E402
+from argus.localstack.process import REGISTRY, install_exit_handlers  # noqa: E402
+from argus.localstack.prometheus import Prometheus  # noqa: E402
+from argus.localstack.ray_cluster import RayCluster  # noqa: E402
+from argus.sim.dcgm_exporter import DcgmExporterSim  # noqa: E402
+from argus.store.store import Store  # noqa: E402
+from argus.wiring import build_pipeline  # noqa: E402
+from core.logging import setup_logging  # noqa: E402
+from core.settings import load_settings  # noqa: E402
+from core.types import Category  # noqa: E402
+
+OOM_JOB = textwrap.dedent('''
+    import sys, time
+    at = float(sys.argv[1])
+    print("loading model", flush=True)
+    time.sleep(max(0.0, at - time.time()))
+    print("Traceback (most recent call last):", flush=True)
+    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+          "capacity of 79.11 GiB of which 1.06 GiB is free.", flush=True)
+    sys.exit(1)
+''')
+STALL_JOB = textwrap.dedent('''
+    import time
+    for step in range(1, 11):
+        print(f"step {step} ts={time.time():.3f} loss={1.0 / step:.4f}", flush=True)
+        time.sleep(1.0)
+    time.sleep(3600)  # the hang: no more steps, the job stays RUNNING
+''')
+IDLE_JOB = textwrap.dedent('''
+    import time, ray
+    ray.init()
+
+    @ray.remote(num_gpus=4, num_cpus=0, resources={"worker1": 0.1})
+    class Holder:
+        def ready(self):
+            return True
+
+    holder = Holder.remote()
+    ray.get(holder.ready.remote())
+    print("holding 4 GPUs", flush=True)
+    time.sleep(3600)
+''')
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--poll", type=float, default=2.0)
+    parser.add_argument("--idle-window", type=float, default=60.0)
+    args = parser.parse_args()
+    setup_logging("ERROR")
+    install_exit_handlers()
+    console = Console()
+    work = Path(tempfile.mkdtemp(prefix="argus-latency-"))
+    results: dict[str, list[tuple[float, float]]] = {}  # fault -> [(latency, budget)]
+    ray_verdicts: list[float] = []
+    try:
+        with console.status("starting Ray (head + 2 workers), a DCGM simulator and Prometheus"):
+            cluster = RayCluster(work / "ray", fast_health_check=True, worker_gpus=4)
+            REGISTRY.add(cluster)
+            cluster.start()
+            sim = DcgmExporterSim("gpu-node-1", gpus=4, host=cluster.worker(1).ip).start()
+            REGISTRY.add(sim)
+            sim.set_all(util=90)
+            prometheus = Prometheus(work / "prometheus", ray_sd_file=cluster.sd_file,
+                                    static_targets={"dcgm": [f"{sim.host}:{sim.port}"]})
+            REGISTRY.add(prometheus)
+            prometheus.start()
+        settings = load_settings(data_dir=work / "argus", ray_dashboard_url=cluster.dashboard_url,
+                                 prometheus_url=prometheus.url, poll_interval_s=args.poll,
+                                 idle_gpu_window_s=args.idle_window, shared_root=work / "shared")
+        store = Store(settings.effective_database_url)
+        daemon = Daemon(build_pipeline(settings, store), interval_s=args.poll)
+        daemon.start()
+        scripts = work / "jobs"
+        scripts.mkdir()
+        for name, text in (("oom", OOM_JOB), ("stall", STALL_JOB), ("idle", IDLE_JOB)):
+            (scripts / f"{name}.py").write_text(text)
+        from ray.job_submission import JobSubmissionClient
+
+        client = JobSubmissionClient(cluster.dashboard_url)
+        for run in range(1, args.runs + 1):
+            console.print(f"[bold]round {run}/{args.runs}[/]: gpu_oom, nccl_hang and idle_gpu at once")
+            threads = [
+                threading.Thread(target=_oom, args=(client, scripts, store, run, results)),
+                threading.Thread(target=_stall, args=(client, scripts, store, run, results)),
+                threading.Thread(target=_idle, args=(client, scripts, store, sim, run, args.idle_window, results)),
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            console.print(f"round {run}: node_lost")
+            _lost(cluster, store, results, ray_verdicts)
+        daemon.stop()
+        store.close()
+    finally:
+        REGISTRY.stop_all()
+    table = Table(title=f"fault to incident, seconds ({args.runs} runs each, Argus polling every {args.poll:g} s)")
+    for col in ("fault", "median", "p95", "max", "budget", "runs within budget"):
+        table.add_column(col, justify="left" if col == "fault" else "right")
+    for fault, rows in results.items():
+        lat = sorted(r[0] for r in rows)
+        ok = sum(1 for r in rows if r[0] <= r[1])
+        table.add_row(fault, f"{statistics.median(lat):.1f}", f"{_p95(lat):.1f}", f"{max(lat):.1f}",
+                      f"{statistics.median(r[1] for r in rows):.1f}", f"{ok}/{len(rows)}")
+    if ray_verdicts:
+        table.add_row("(Ray's own DEAD verdict)", f"{statistics.median(ray_verdicts):.1f}",
+                      f"{_p95(sorted(ray_verdicts)):.1f}", f"{max(ray_verdicts):.1f}", "", "")
+    console.print(table)
+    return 0
+
+
+def _p95(values: list[float]) -> float:
+    return values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
+
+
+def _wait_incident(store, category: Category, subject_or_job: str, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for incident in store.list_incidents(category=category, limit=200):
+            if incident.subject.id == subject_or_job or subject_or_job in str(incident.attrs):
+                return incident
+        time.sleep(0.2)
+    return None
+
+
+def _record(results, fault, latency, budget) -> None:
+    results.setdefault(fault, []).append((latency, budget))
+
+
+def _oom(client, scripts, store, run, results) -> None:
+    at = time.time() + 10
+    sid = client.submit_job(entrypoint=f"{sys.executable} {scripts / 'oom.py'} {at}",
+                            submission_id=f"oom-{run}-{int(at)}", entrypoint_resources={"worker2": 0.1})
+    incident = _wait_incident(store, Category.GPU_OOM, sid, timeout=120)
+    if incident:
+        _record(results, "gpu_oom", incident.detected_at.timestamp() - at, 30.0)
+
+
+def _stall(client, scripts, store, run, results) -> None:
+    sid = client.submit_job(entrypoint=f"{sys.executable} {scripts / 'stall.py'}",
+                            submission_id=f"stall-{run}-{int(time.time())}", entrypoint_resources={"worker2": 0.1})
+    incident = _wait_incident(store, Category.NCCL_HANG, sid, timeout=240)
+    if incident:
+        last = max(float(t.split("ts=")[1].split()[0]) for f in store.findings_for(incident.id)
+                   for e in f.evidence for t in [e.text] if "ts=" in t)
+        _record(results, "nccl_hang", incident.detected_at.timestamp() - last, max(60.0, 3 * 1.0) + 30)
+    client.stop_job(sid)
+
+
+def _idle(client, scripts, store, sim, run, window, results) -> None:
+    from ray.util.state import list_actors
+
+    sim.set_all(util=90)
+    sid = client.submit_job(entrypoint=f"{sys.executable} {scripts / 'idle.py'}",
+                            submission_id=f"idle-{run}-{int(time.time())}", entrypoint_resources={"worker2": 0.1},
+                            metadata={"owner": "bench"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list_actors(
+            address=client.get_address(), filters=[("class_name", "=", "Holder"), ("state", "=", "ALIVE")]):
+        time.sleep(0.5)
+    time.sleep(5)  # let Argus see the GPUs held and busy
+    idle_from = time.time()
+    sim.set_all(util=0)
+    incident = _wait_incident(store, Category.IDLE_GPU, sid, timeout=window + 120)
+    if incident:
+        _record(results, "idle_gpu", incident.detected_at.timestamp() - idle_from, window + 30)
+    client.stop_job(sid)
+    sim.set_all(util=90)
+
+
+def _lost(cluster, store, results, ray_verdicts) -> None:
+    node_id = cluster.worker(1).node_id
+    time.sleep(3)
+    killed = cluster.kill_worker(1)
+    incident = _wait_incident(store, Category.NODE_LOST, node_id, timeout=120)
+    verdict = None
+    deadline = time.monotonic() + 60
+    while incident and verdict is None and time.monotonic() < deadline:
+        verdict = next((f.first_seen for f in store.findings_for(incident.id) if f.reason == "RayNodeDead"), None)
+        time.sleep(0.2)
+    if incident and verdict:
+        ray_verdicts.append(verdict.timestamp() - killed)
+        _record(results, "node_lost", incident.detected_at.timestamp() - killed, verdict.timestamp() - killed + 10)
+    cluster.restart_worker(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
