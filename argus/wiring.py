@@ -14,6 +14,7 @@ from argus.pipeline import Pipeline, TickResult
 from collectors.dcgm import DcgmScrapeCollector
 from collectors.logs import JobLogsCollector
 from collectors.metric_rules import MetricRuleCollector
+from collectors.nvml import NvmlCollector
 from collectors.offsets import OffsetStore
 from collectors.placement import GpuPlacementCollector, PrometheusGpuCollector
 from collectors.prometheus import PrometheusClient, PrometheusTargetsCollector
@@ -52,6 +53,8 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: A
         collectors.append(PrometheusGpuCollector(client))
     elif settings.dcgm_targets:
         collectors.append(DcgmScrapeCollector(settings.dcgm_targets, timeout_s=settings.request_timeout_s))
+    elif settings.nvml:  # Argus on a GPU host without dcgm-exporter
+        collectors.append(NvmlCollector(hostname=settings.nvml_hostname))
     return collectors
 
 

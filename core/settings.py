@@ -47,6 +47,8 @@ class Settings(BaseSettings):
     dcgm_targets: list[str] = Field(
         default_factory=list, description="dcgm-exporter URLs scraped directly when no Prometheus is configured"
     )
+    nvml: bool = Field(default=False, description="read this host's GPUs through NVML when no exporter is set")
+    nvml_hostname: str | None = Field(default=None, description="Hostname label for NVML series (the Ray node)")
     rules_dirs: list[Path] = Field(default_factory=list, description="extra log-rule folders beside the built-in")
     metric_rules_dirs: list[Path] = Field(
         default_factory=list, description="extra metric-rule folders beside the built-in"
