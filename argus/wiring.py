@@ -20,8 +20,10 @@ from collectors.placement import GpuPlacementCollector, PrometheusGpuCollector
 from collectors.prometheus import PrometheusClient, PrometheusTargetsCollector
 from collectors.ray_logs import RayLogsCollector
 from collectors.ray_state import RayStateCollector
+from collectors.storage import SharedStorageCollector
 from core.ports import Collector, Detector, Notifier
 from core.settings import Settings
+from detectors.disk_space import DiskSpaceDetector
 from detectors.engine import load_rules
 from detectors.idle_gpu import IdleGpuDetector
 from detectors.job_failure import JobFailureDetector
@@ -44,6 +46,7 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: A
     ]
     if (settings.shared_root / "jobs").is_dir():
         collectors.append(JobLogsCollector(settings.shared_root, OffsetStore(offsets / "job_logs.json")))
+        collectors.append(SharedStorageCollector([settings.shared_root], timeout_s=settings.request_timeout_s))
     else:
         logger.info("no {} folder: job log files on shared storage will not be read", settings.shared_root / "jobs")
     if settings.prometheus_url:
@@ -66,6 +69,7 @@ def build_detectors(settings: Settings, metric_rules: MetricRuleSet) -> list[Det
         JobFailureDetector(log_rules),
         StallDetector(min_stall_s=settings.stall_min_s, factor=settings.stall_factor),
         IdleGpuDetector(threshold_pct=settings.idle_gpu_threshold_pct, window_s=settings.idle_gpu_window_s),
+        DiskSpaceDetector(),
     ]
     if settings.prometheus_url:
         detectors.append(MetricRuleDetector(metric_rules))
