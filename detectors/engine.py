@@ -30,6 +30,11 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as _sre_constants
     import sre_parse as _sre_parse
 
+try:  # optional: a C multi-literal search (SIMD) for the gate; without it the gate regex walks every byte
+    import hyperscan as _hs
+except (ImportError, OSError):  # pragma: no cover - depends on the install
+    _hs = None
+
 STREAM_BLOCK_BYTES = 4 * 1024 * 1024
 
 ANY_SOURCE = "*"
@@ -151,13 +156,17 @@ class RuleSet:
         *,
         stats: ScanStats | None = None,
         block_bytes: int = STREAM_BLOCK_BYTES,
+        native: bool = True,
     ) -> Iterator[RuleMatch]:
         """`scan` over a whole binary stream, the same matches, much faster.
 
-        Reads blocks of `block_bytes`, finds candidate lines with one gate regex over each block (built
-        for this stream from its first block), and runs the rules only on those lines. Bytes that are not
-        UTF-8 are replaced, CRLF and a missing last newline are fine, and a line longer than
-        MAX_LINE_BYTES is cut while reading, so memory stays bounded by the block size.
+        Reads blocks of `block_bytes`, finds candidate lines with one gate over each block (built for this
+        stream from its first block), and runs the rules only on those lines. The gate's literals are found
+        by hyperscan when it is installed and `native` is true, else by the gate regex; either way the
+        gate regex then picks the rules for each candidate line and the rules' own regexes decide, so the
+        matches are the same. Bytes that are not UTF-8 are replaced, CRLF and a missing last newline are
+        fine, and a line longer than MAX_LINE_BYTES is cut while reading, so memory stays bounded by the
+        block size.
         """
         stats = stats if stats is not None else ScanStats()
         gate: _Gate | None = None
@@ -176,7 +185,7 @@ class RuleSet:
                     continue
                 chunk, dropping = chunk[newline + 1 :], False
             if gate is None:
-                gate = _Gate(self.rules, chunk[:_SAMPLE_BYTES])
+                gate = _Gate(self.rules, chunk[:_SAMPLE_BYTES], native=native)
             data = pending + chunk
             end = data.rfind(b"\n")
             if end >= 0:
@@ -188,7 +197,7 @@ class RuleSet:
                 yield from self._scan_block(gate, pending[:MAX_LINE_BYTES] + b"\n", stats, source)
                 pending, dropping = b"", True
         if pending:
-            gate = gate or _Gate(self.rules, pending[:_SAMPLE_BYTES])
+            gate = gate or _Gate(self.rules, pending[:_SAMPLE_BYTES], native=native)
             yield from self._scan_block(gate, pending + b"\n", stats, source)
 
     def _scan_block(self, gate: _Gate, block: bytes, stats: ScanStats, source: str) -> Iterator[RuleMatch]:
@@ -199,21 +208,14 @@ class RuleSet:
             for offset, raw in enumerate(block[:-1].split(b"\n")):
                 yield from self._match_raw(raw, first + offset, source, self.rules)
             return
-        pos, counted, line_no = 0, 0, first
-        search = gate.raw.search
-        while True:
-            hit = search(block, pos)
-            if hit is None:
-                return
-            start = block.rfind(b"\n", 0, hit.start()) + 1
-            end = block.find(b"\n", hit.start())
+        counted, line_no = 0, first
+        for start, end, first_hit in gate.lines(block):
             line_no += block.count(b"\n", counted, start)
             counted = start
             line = block[start:end]
-            candidates = _candidates(gate, line, gate.raw, first_hit=hit.start() - start)
+            candidates = _candidates(gate, line, gate.raw, first_hit=first_hit)
             if candidates:
                 yield from self._match_raw(line, line_no, source, candidates)
-            pos = end + 1
 
     @staticmethod
     def _match_raw(raw: bytes, line_no: int, source: str, rules: Sequence[LogRule]) -> Iterator[RuleMatch]:
@@ -396,9 +398,10 @@ class _Gate:
     trie, so a stop costs one branch, not one per rule. Case-insensitive literals are spelled with [aA]
     classes after their first character: an inline (?i) group, or a class at the start of an
     alternative, disables the skip loop. Rules with no usable literal are `ungated`: tried on every line.
+    With `native`, hyperscan finds the lines that hold a literal when it is installed (see `lines`).
     """
 
-    def __init__(self, rules: Sequence[LogRule], sample: bytes) -> None:
+    def __init__(self, rules: Sequence[LogRule], sample: bytes, *, native: bool = False) -> None:
         costs = _Sample(sample)
         ungated: list[LogRule] = []
         self._words: list[tuple[int, set[tuple[str, bool]]]] = []
@@ -418,6 +421,21 @@ class _Gate:
         pattern = _trie(words)
         self.text = re.compile(pattern) if words else None
         self.raw = re.compile(pattern.encode("utf-8")) if words else None
+        self._native = _NativeLiterals.build(words) if native and words and not ungated else None
+
+    def lines(self, block: bytes) -> Iterator[tuple[int, int, int]]:
+        """(start, end, offset of the first hit) of every line of `block` that holds a gate literal, in
+        order; `block` ends with a newline. The offset is 0 where only the line is known."""
+        if self._native is not None:
+            yield from self._native.lines(block)
+            return
+        assert self.raw is not None
+        pos, search = 0, self.raw.search
+        while (hit := search(block, pos)) is not None:
+            start = block.rfind(b"\n", 0, hit.start()) + 1
+            end = block.find(b"\n", hit.start())
+            yield start, end, hit.start() - start
+            pos = end + 1
 
     def rules_for(self, hit: str) -> tuple[LogRule, ...]:
         """The rules that a gate hit (the matched text) may belong to, in rule order.
@@ -436,6 +454,53 @@ class _Gate:
             found = tuple(self._rules[i] for i, words in self._words if any(related(w, c) for w, c in words))
             self._for_hit[hit] = found
         return found
+
+
+class _NativeLiterals:
+    """The gate's literals found by hyperscan, which scans a block in C at gigabytes a second where the
+    gate regex's skip loop stops at every byte that could start a literal. It only says which lines hold
+    a literal; the gate regex still picks the rules for each of them, so the matches cannot change."""
+
+    def __init__(self, words: set[tuple[str, bool]]) -> None:
+        assert _hs is not None
+        ordered = sorted(words)
+        # every byte spelled \xHH: the literal means exactly its bytes, whatever hyperscan's syntax
+        expressions = ["".join(f"\\x{b:02x}" for b in text.encode("utf-8")).encode("ascii") for text, _ in ordered]
+        # CASELESS folds ASCII letters only, like the gate's [aA] classes (non-ASCII icase literals are
+        # never in the gate)
+        flags = [_hs.HS_FLAG_CASELESS if icase else 0 for _, icase in ordered]
+        self._db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
+        self._db.compile(expressions=expressions, ids=list(range(len(ordered))), flags=flags)
+
+    @classmethod
+    def build(cls, words: set[tuple[str, bool]]) -> _NativeLiterals | None:
+        """The native search for `words`, or None (the gate regex does the work) if hyperscan is not
+        installed or cannot run here."""
+        if _hs is None:
+            return None
+        try:
+            return cls(words)
+        except _hs.error as exc:  # e.g. a CPU without the instructions it needs
+            logger.debug("hyperscan cannot compile the log gate ({}); using the regex gate", exc)
+            return None
+
+    def lines(self, block: bytes) -> Iterator[tuple[int, int, int]]:
+        ends: list[int] = []
+        # hyperscan reports where each hit ends; the hit's last byte lies in the line to report
+        self._db.scan(block, match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(end))
+        ends.sort()
+        line_end = -1
+        for hit_end in ends:
+            if hit_end <= line_end:
+                continue
+            start = block.rfind(b"\n", 0, hit_end - 1) + 1
+            line_end = block.find(b"\n", hit_end - 1)
+            yield start, line_end, 0
+
+
+def native_search_available() -> bool:
+    """Whether stream scans can find gate literals with hyperscan (installed and working here)."""
+    return _NativeLiterals.build({("probe", False)}) is not None
 
 
 def _candidates(gate: _Gate, line: Any, regex: re.Pattern, first_hit: int = 0) -> tuple[LogRule, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import random
 import textwrap
@@ -19,6 +20,7 @@ from detectors.engine import (
     ScanStats,
     builtin_rule_dir,
     load_rules,
+    native_search_available,
     required_literals,
 )
 from rca.analyze import iter_lines
@@ -621,3 +623,159 @@ def test_new_rules_stay_linear_on_hostile_lines(bait: str) -> None:
     rules = load_rules()
     for _ in range(20):
         rules.match(bait)
+
+
+# --- the hyperscan gate (native=True) and the regex gate (native=False) give the same matches ---------
+
+FIXTURE_LOGS = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "logs").glob("*/*.log"))
+
+
+def scan_gates(rules: RuleSet, raw: bytes, block: int) -> tuple[list, list, list]:
+    """Matches of the native gate, the regex gate and the line API, as comparable tuples."""
+
+    def stream(native: bool) -> list:
+        stats = ScanStats()
+        found = [
+            (m.rule.reason, m.line_no, m.text, m.truncated)
+            for m in rules.scan_stream(io.BytesIO(raw), "x.log", stats=stats, block_bytes=block, native=native)
+        ]
+        assert stats.bytes == len(raw)
+        return found
+
+    lines = [(m.rule.reason, m.line_no, m.text, m.truncated) for m in rules.scan(iter_lines(io.BytesIO(raw)), "x")]
+    return stream(True), stream(False), lines
+
+
+def test_hyperscan_is_used_when_installed() -> None:
+    # hyperscan is a dependency: without it the comparisons below would compare the regex gate to itself
+    assert native_search_available() == (importlib.util.find_spec("hyperscan") is not None)
+    assert native_search_available(), "hyperscan is not importable; pip install -e . installs it"
+
+
+@pytest.mark.parametrize("path", FIXTURE_LOGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("block", [97, 1 << 22])
+def test_native_and_regex_gates_agree_on_every_fixture(path: Path, block: int) -> None:
+    rules = load_rules()
+    native, regex, lines = scan_gates(rules, path.read_bytes(), block)
+    assert native == regex == lines
+
+
+ICASE_RULES = """\
+source: '*'
+rules:
+  - reason: ShoutedLink
+    category: gpu_hardware
+    type: temporary
+    pattern: '(?i)nvlink (down|error)'
+  - reason: InlineFold
+    category: unknown
+    type: temporary
+    pattern: 'disk (?i:quota) exceeded'
+  - reason: NonAscii
+    category: unknown
+    type: temporary
+    pattern: 'Speicher (voll|erschöpft)'
+  - reason: Spanning
+    category: unknown
+    type: permanent
+    pattern: 'abc\\ndef|plain tail'
+"""
+
+
+def test_native_and_regex_gates_agree_across_block_boundaries() -> None:
+    # every gate literal split at every offset: the block size walks the cut through each literal
+    rules = load_rules()
+    raw = (
+        b"x\nOSError: [Errno 28] No space left on device\nNVRM: Xid (PCI:0000:44:00): 79, pid=1, GPU has fallen "
+        b"off the bus.\nRemapping Failure Occurred        : Yes\nKeyError: 'responses'\n"
+    )
+    for block in range(1, 64):
+        native, regex, lines = scan_gates(rules, raw, block)
+        assert native == regex == lines and len(native) >= 4, block
+
+
+def test_native_and_regex_gates_agree_on_case_and_non_ascii(tmp_path: Path) -> None:
+    rules = RuleSet.load([write(tmp_path, ICASE_RULES)])
+    raw = "\n".join(
+        [
+            "NVLINK ERROR on gpu 3",
+            "nvLink Down",
+            "nvlink fine",
+            "disk QUOTA exceeded",
+            "DISK quota exceeded",  # the fold covers `quota` only
+            "Speicher erschöpft",
+            "SPEICHER ERSCHÖPFT",
+            "abc",
+            "def plain tail",
+        ]
+    ).encode("utf-8")
+    for block in (1, 5, 4096):
+        native, regex, lines = scan_gates(rules, raw, block)
+        assert native == regex == lines, block
+    assert [(reason, line) for reason, line, *_ in native] == [
+        ("ShoutedLink", 1),
+        ("ShoutedLink", 2),
+        ("InlineFold", 4),
+        ("NonAscii", 6),
+        ("Spanning", 9),
+    ]
+
+
+@pytest.mark.parametrize("block", [1000, 1 << 20])
+def test_native_and_regex_gates_agree_on_very_long_lines(block: int) -> None:
+    rules = load_rules()
+    hit = b"OSError: [Errno 28] No space left on device"
+    raw = b"".join(
+        [
+            b"z" * (MAX_LINE_CHARS - len(hit)) + hit + b"\n",  # ends right at the matched part's end: kept
+            b"z" * (MAX_LINE_CHARS - 5) + hit + b"\n",  # the cut falls inside the phrase: no match
+            b"y" * (MAX_LINE_BYTES - 5) + hit + b"\n",  # cut while reading, inside the phrase
+            b"x" * (3 * MAX_LINE_BYTES) + hit + b"\n",  # far past the cut
+            hit + b"q" * (2 * MAX_LINE_BYTES) + b"\n",
+            b"KeyError: 'k'" + b"w" * 70_000 + b" ValueError: v\n",
+        ]
+    )
+    native, regex, lines = scan_gates(rules, raw, block)
+    assert native == regex == lines
+    assert [(reason, line, cut) for reason, line, _, cut in native] == [
+        ("NoSpaceLeftOnDevice", 1, False),
+        ("NoSpaceLeftOnDevice", 5, True),
+        ("PythonException", 6, True),
+    ]
+
+
+def test_native_and_regex_gates_agree_on_non_utf8_bytes() -> None:
+    rules = load_rules()
+    raw = (
+        b"\xffKeyError: 'a'\xfe\n"
+        b"OSError: [Err\x80no 28] No space\x80left on device\n"  # bad bytes inside the phrases: no match
+        b"\xc3OSError: [Errno 28] No space left on device\xc3\r\n"
+        b"NVRM: Xid (\xe2\x82PCI:0000:44:00): 79, pid=1, GPU has fallen off the bus.\n"
+        b"\x00\x00\x00Remapping Failure Occurred : yes\x00\n"
+        b"\xf0\x9f\x98KeyError: 'b'"
+    )
+    for block in (1, 3, 16, 4096):
+        native, regex, lines = scan_gates(rules, raw, block)
+        assert native == regex == lines, block
+    assert {line for _, line, *_ in native} == {1, 3, 4, 5, 6}
+
+
+def test_native_and_regex_gates_agree_on_a_random_mix_of_literals() -> None:
+    # lines built from the gate's own literals in random case, cut and glued to bad bytes: most are near
+    # misses, so the gate finds many lines whose rules then fail
+    rules = load_rules()
+    pool = [line for p in FIXTURE_LOGS for line in p.read_bytes().splitlines() if line.strip()]
+    rng = random.Random(11)
+    junk = [b"\xff", b"\xc3", b"\r", b" ", b"Error", b"KILL", b"Xid ", b"nvlink", b"yes", b"map"]
+
+    def mangle(line: bytes) -> bytes:
+        cut = rng.randrange(len(line))
+        line = line[:cut] + rng.choice(junk) + line[cut:]
+        if rng.random() < 0.3:
+            line = line.swapcase() if rng.random() < 0.5 else line.lower()
+        return line
+
+    raw = b"\n".join(mangle(rng.choice(pool)) if rng.random() < 0.6 else rng.choice(pool) for _ in range(4000))
+    for block in (333, 1 << 16):
+        native, regex, lines = scan_gates(rules, raw, block)
+        assert native == regex == lines and len(native) > 500, block
