@@ -164,11 +164,13 @@ def _report(console, incident, killed_at, detected_wall, ray_verdict, delivered,
     table.add_column("event")
     table.add_column("t (s)", justify="right")
     table.add_row("worker 1's raylet killed (SIGKILL)", "0.0")
-    first = sorted([("Ray declared the node DEAD (its own end time)", died),
-                    ("Argus opened the incident", detected)], key=lambda row: row[1])
-    for label, at in first:
+    events = [
+        ("Ray declared the node DEAD (its own end time)", died),
+        ("Argus opened the incident", detected),
+        ("notification received by the webhook", detected_wall),
+    ]
+    for label, at in sorted(events, key=lambda row: row[1]):
         table.add_row(label, f"{at - killed_at:.1f}")
-    table.add_row("notification received by the webhook", f"{detected_wall - killed_at:.1f}")
     console.print(table)
     findings = argus.store.findings_for(incident.id)
     seen_by = "\n".join(f"  - {escape(f.reason)}: {escape(_short(f.summary))}" for f in findings)
