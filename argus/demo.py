@@ -167,7 +167,7 @@ def _report(console, incident, killed_at, detected_wall, ray_verdict, delivered,
     events = [
         ("Ray declared the node DEAD (its own end time)", died),
         ("Argus opened the incident", detected),
-        ("notification received by the webhook", detected_wall),
+        ("notification received by the webhook", delivered.get("received_at", detected_wall)),
     ]
     for label, at in sorted(events, key=lambda row: row[1]):
         table.add_row(label, f"{at - killed_at:.1f}")
