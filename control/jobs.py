@@ -1,0 +1,432 @@
+"""JobController: submit, list, get, stop, read logs of, and time out Ray jobs through the Jobs SDK.
+
+Each job gets `<shared_root>/jobs/<submission_id>/{config,logs,checkpoints}`. `config/jobspec.yaml` is the
+spec, `config/submit.json` the exact submit call, `config/status.json` what the controller did to the job
+(stopped on request, timed out). The job sees its folder as $ARGUS_JOB_DIR.
+
+How Ray 2.60 behaves here (measured on the local 3-node cluster, see tests/control/test_jobs_real.py):
+- The driver runs on the head unless the submission asks for a resource only workers have. We ask for a
+  sliver of a custom resource (`{"worker": 0.001}` by default) so drivers do not use up a worker's CPUs.
+- `JobSubmissionClient.get_job_logs` returned only the supervisor's first line ("Runtime env is setting
+  up.") for a driver on a worker node. The driver's log file `job-driver-<submission_id>.log` on the
+  driver's node is complete: we read it through the dashboard's log API (`/api/v0/logs/file?node_id=&
+  filename=&lines=`), with the node from the job's `driver_node_id`. Wrapping the entrypoint in a `tee`
+  would lose its exit status under /bin/sh (no pipefail), so we do not. Once a job has ended, its driver
+  log is copied to `logs/driver.log`, which is read when the node (and its log) is gone.
+- Ray expands `$VAR` / `${VAR}` in every runtime_env env value on the node (os.path.expandvars):
+  PYTHONPATH is sent as `<code_path>:${PYTHONPATH}`, so the node's own PYTHONPATH stays after the job's
+  code. An empty node PYTHONPATH leaves a trailing ':' (Python reads it as the current directory).
+- Errors: an unknown job is a RuntimeError "status code 404"; an unreachable dashboard a ConnectionError
+  at client construction, or a requests error later; a duplicate submission id a 500 carrying "already
+  exists". All are wrapped into core.errors here.
+- `stop_job` returns False for a job already ended; a stopped job is STOPPED a second or two later.
+- `start_time` is when Ray accepted the submission; timeouts count from it, and only RUNNING jobs are
+  stopped for one (a job still PENDING is waiting for resources, not overrunning).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shlex
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+from loguru import logger
+
+from control.jobspec import SUBMISSION_ID_RE, JobSpec
+from core.errors import ArgusError, ConfigError, InputError, NotFound, SourceUnavailable
+from core.types import utcnow
+
+DEFAULT_ENTRYPOINT_RESOURCES: dict[str, float] = {"worker": 0.001}
+TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+DASHBOARD_HINT = "check that the Ray head is up and ray_dashboard_url points at its dashboard (port 8265)"
+MAX_LOG_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What Argus knows of one job: Ray's view plus its folder and the controller's own mark."""
+
+    submission_id: str
+    status: str  # Ray's JobStatus: PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED
+    job_dir: Path | None  # None for jobs not submitted through Argus
+    message: str = ""
+    name: str | None = None
+    owner: str | None = None
+    workload: str | None = None
+    driver_node_id: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    mark: str | None = None  # the controller's last act on it: "stopped", "timed_out"
+
+    @property
+    def ended(self) -> bool:
+        return self.status in TERMINAL
+
+
+def _ms(value: Any) -> datetime | None:
+    return datetime.fromtimestamp(value / 1000, tz=timezone.utc) if value else None
+
+
+def _status(value: Any) -> str:
+    return str(getattr(value, "value", value))
+
+
+class JobController:
+    """Ray Jobs through the Jobs SDK, with a folder per job on shared storage. See the module docstring."""
+
+    def __init__(
+        self,
+        dashboard_url: str,
+        shared_root: Path,
+        *,
+        client: Any = None,
+        clock: Callable[[], datetime] = utcnow,
+        entrypoint_resources: dict[str, float] | None = None,
+        entrypoint_num_cpus: float | None = None,
+        request_timeout_s: float = 10.0,
+    ) -> None:
+        self.dashboard_url = dashboard_url.rstrip("/")
+        self.shared_root = Path(shared_root)
+        self.clock = clock
+        self.request_timeout_s = request_timeout_s
+        if entrypoint_resources is None and entrypoint_num_cpus is None:
+            entrypoint_resources = dict(DEFAULT_ENTRYPOINT_RESOURCES)
+        if not entrypoint_resources and not entrypoint_num_cpus:
+            raise ConfigError(
+                "the job controller needs entrypoint_resources or entrypoint_num_cpus",
+                hint="without either, Ray runs job drivers on the head; "
+                "e.g. entrypoint_resources={'worker': 0.001}",
+            )
+        self.entrypoint_resources = dict(entrypoint_resources or {})
+        self.entrypoint_num_cpus = entrypoint_num_cpus
+        self._client = client
+
+    # -- folders -----------------------------------------------------------------------------------
+
+    @property
+    def jobs_root(self) -> Path:
+        return self.shared_root / "jobs"
+
+    def job_dir(self, submission_id: str) -> Path:
+        if not SUBMISSION_ID_RE.match(submission_id):
+            raise InputError(
+                f"{submission_id[:80]!r} is not a valid submission id",
+                hint="ids are 1-64 of A-Z a-z 0-9 _ . -, starting with a letter or digit",
+            )
+        return self.jobs_root / submission_id
+
+    def new_submission_id(self, name: str) -> str:
+        return f"{name}-{self.clock().astimezone(timezone.utc):%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
+
+    # -- the Ray boundary ---------------------------------------------------------------------------
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from ray.job_submission import JobSubmissionClient
+
+            try:
+                self._client = JobSubmissionClient(self.dashboard_url)
+            except Exception as exc:
+                raise SourceUnavailable(
+                    "the Ray Jobs API", self.dashboard_url, _cause(exc), hint=DASHBOARD_HINT
+                ) from None
+        return self._client
+
+    def _call(self, what: str, submission_id: str | None, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except ArgusError:
+            raise
+        except RuntimeError as exc:
+            text = str(exc)
+            if "status code 404" in text and submission_id is not None:
+                raise NotFound(
+                    f"Ray has no job {submission_id!r}",
+                    hint="list jobs with JobController.list() (or `ray job list`) for the ids it knows",
+                ) from None
+            if "already exists" in text and submission_id is not None:
+                raise InputError(
+                    f"Ray already has a job with submission id {submission_id!r}",
+                    hint="choose another submission_id, or leave it out to get a generated one",
+                ) from None
+            raise ArgusError(
+                f"Ray refused to {what}{f' for job {submission_id!r}' if submission_id else ''}: "
+                f"{_last_line(text)}",
+                hint=f"see the Ray dashboard at {self.dashboard_url} and its logs on the head",
+            ) from None
+        except Exception as exc:  # requests/urllib3 connection errors, timeouts
+            raise SourceUnavailable(
+                "the Ray Jobs API", self.dashboard_url, f"{what}: {_cause(exc)}", hint=DASHBOARD_HINT
+            ) from None
+
+    # -- submit ------------------------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec) -> JobRecord:
+        """Create the job's folder, snapshot the spec and the submit call, and submit it to Ray."""
+        sid = spec.submission_id or self.new_submission_id(spec.name)
+        job_dir = self.job_dir(sid)
+        for path, what in ((spec.code_path, "code_path"), (spec.working_dir, "working_dir")):
+            if path is not None and not Path(path).is_dir():
+                raise InputError(
+                    f"{what} {path} of job {sid!r} is not a directory",
+                    hint="it must exist on shared storage, visible to every node",
+                )
+        try:
+            job_dir.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise InputError(
+                f"job folder {job_dir} already exists",
+                hint="choose another submission_id, or leave it out to get a generated one",
+            ) from None
+        except OSError as exc:
+            raise ArgusError(
+                f"cannot create job folder {job_dir}: {exc.strerror}",
+                hint=f"check that {self.shared_root} is mounted and writable",
+            ) from None
+        for sub in ("config", "logs", "checkpoints"):
+            (job_dir / sub).mkdir()
+
+        call = self.submit_call(spec, sid, job_dir)
+        (job_dir / "config" / "jobspec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
+        (job_dir / "config" / "submit.json").write_text(json.dumps(call, indent=2) + "\n", encoding="utf-8")
+        try:
+            returned = self._call("submit a job", sid, lambda: self.client.submit_job(**call))
+        except ArgusError:
+            # The folder is ours, made just now: a retry with the same id must find it free.
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise
+        logger.info("submitted job {} ({}, owner {}) into {}", returned, spec.workload, spec.owner, job_dir)
+        return JobRecord(
+            submission_id=returned,
+            status="PENDING",
+            job_dir=job_dir,
+            message="submitted",
+            name=spec.name,
+            owner=spec.owner,
+            workload=spec.workload,
+        )
+
+    def submit_call(self, spec: JobSpec, submission_id: str, job_dir: Path) -> dict[str, Any]:
+        """The keyword arguments of JobSubmissionClient.submit_job for `spec`: what submit.json records."""
+        env = dict(spec.env)
+        if spec.code_path is not None:
+            env["PYTHONPATH"] = f"{spec.code_path}:${{PYTHONPATH}}"
+        env.update(
+            {
+                "ARGUS_JOB_DIR": str(job_dir),
+                "ARGUS_SUBMISSION_ID": submission_id,
+                "ARGUS_NNODES": str(spec.nnodes),
+                "ARGUS_GPUS_PER_NODE": str(spec.gpus_per_node),
+                "ARGUS_RESUME": "1" if spec.resume else "0",
+            }
+        )
+        entrypoint = spec.entrypoint
+        if spec.working_dir is not None:
+            # Ray's runtime_env working_dir would upload a copy; on shared storage we run in place.
+            entrypoint = f"cd {shlex.quote(spec.working_dir)} && {entrypoint}"
+        metadata = {"argus": "1", "owner": spec.owner, "workload": spec.workload, "name": spec.name}
+        if spec.timeout_s is not None:
+            metadata["timeout_s"] = repr(spec.timeout_s)
+        call: dict[str, Any] = {
+            "entrypoint": entrypoint,
+            "submission_id": submission_id,
+            "runtime_env": {"env_vars": env},
+            "metadata": metadata,
+        }
+        if self.entrypoint_resources:
+            call["entrypoint_resources"] = dict(self.entrypoint_resources)
+        if self.entrypoint_num_cpus:
+            call["entrypoint_num_cpus"] = self.entrypoint_num_cpus
+        if spec.label_selector:
+            call["entrypoint_label_selector"] = spec.label_selector
+        return call
+
+    # -- read --------------------------------------------------------------------------------------
+
+    def get(self, submission_id: str) -> JobRecord:
+        self.job_dir(submission_id)  # validates the id before it goes into a URL
+        info = self._call("get a job", submission_id, lambda: self.client.get_job_info(submission_id))
+        return self._record(info)
+
+    def list(self, *, all_jobs: bool = False) -> list[JobRecord]:
+        """Jobs submitted through Argus (metadata argus=1), newest first; `all_jobs` adds every Ray job."""
+        infos = self._call("list jobs", None, lambda: self.client.list_jobs())
+        records = [
+            self._record(i)
+            for i in infos
+            if i.submission_id and (all_jobs or (i.metadata or {}).get("argus") == "1")
+        ]
+        return sorted(
+            records, key=lambda r: r.started_at or datetime.min.replace(tzinfo=timezone.utc), reverse=True
+        )
+
+    def _record(self, info: Any) -> JobRecord:
+        sid = info.submission_id
+        metadata = info.metadata or {}
+        job_dir = self.jobs_root / sid if SUBMISSION_ID_RE.match(sid or "") else None
+        if job_dir is not None and not job_dir.is_dir():
+            job_dir = None
+        mark = self._read_mark(job_dir)
+        return JobRecord(
+            submission_id=sid,
+            status=_status(info.status),
+            job_dir=job_dir,
+            message=info.message or "",
+            name=metadata.get("name"),
+            owner=metadata.get("owner"),
+            workload=metadata.get("workload"),
+            driver_node_id=info.driver_node_id,
+            started_at=_ms(info.start_time),
+            ended_at=_ms(info.end_time),
+            mark=mark.get("mark") if mark else None,
+        )
+
+    # -- stop and timeouts -------------------------------------------------------------------------
+
+    def stop(self, submission_id: str, *, reason: str = "stop requested") -> JobRecord:
+        """Ask Ray to stop the job and mark it in config/status.json.
+
+        The record's message says whether it was still running."""
+        job_dir = self.job_dir(submission_id)
+        stopping = self._call("stop a job", submission_id, lambda: self.client.stop_job(submission_id))
+        record = self.get(submission_id)
+        if stopping:
+            self._write_mark(job_dir, "stopped", reason)
+            logger.info("stopping job {}: {}", submission_id, reason)
+            message = f"stop requested: {reason}"
+        else:
+            message = f"job had already ended ({record.status}); nothing to stop"
+        return replace(record, message=message, mark="stopped" if stopping else record.mark)
+
+    def enforce_timeouts(self) -> list[str]:
+        """Stop each RUNNING Argus job older than its timeout_s and mark it timed_out; return their ids."""
+        now = self.clock()
+        stopped: list[str] = []
+        for info in self._call("list jobs", None, lambda: self.client.list_jobs()):
+            metadata = info.metadata or {}
+            sid = info.submission_id
+            if metadata.get("argus") != "1" or _status(info.status) != "RUNNING" or not sid:
+                continue
+            timeout = self._timeout_of(sid, metadata)
+            started = _ms(info.start_time)
+            if timeout is None or started is None or (now - started).total_seconds() <= timeout:
+                continue
+            ran = (now - started).total_seconds()
+            try:
+                was_running = self._call("stop a job", sid, lambda sid=sid: self.client.stop_job(sid))
+            except NotFound:
+                continue
+            if was_running:
+                reason = f"ran {ran:.0f} s, over its timeout of {timeout:g} s"
+                self._write_mark(self.job_dir(sid), "timed_out", reason, timeout_s=timeout)
+                logger.warning("job {} timed out: {}", sid, reason)
+                stopped.append(sid)
+        return stopped
+
+    def _timeout_of(self, sid: str, metadata: dict[str, str]) -> float | None:
+        try:
+            return float(metadata["timeout_s"]) if "timeout_s" in metadata else None
+        except ValueError:
+            logger.warning(
+                "job {} has an unreadable timeout_s {!r} in its metadata", sid, metadata["timeout_s"]
+            )
+            return None
+
+    def _write_mark(self, job_dir: Path, mark: str, reason: str, **extra: Any) -> None:
+        if not job_dir.is_dir():
+            return  # a job not submitted through Argus has no folder to mark
+        status = {"mark": mark, "reason": reason, "at": self.clock().isoformat(), **extra}
+        path = job_dir / "config" / "status.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(status, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+    def _read_mark(self, job_dir: Path | None) -> dict[str, Any] | None:
+        if job_dir is None:
+            return None
+        try:
+            return json.loads((job_dir / "config" / "status.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    # -- logs --------------------------------------------------------------------------------------
+
+    def logs(self, submission_id: str) -> str:
+        """The driver's whole log (see the module docstring for where it comes from)."""
+        return self._driver_log(submission_id, lines=-1)
+
+    def tail(self, submission_id: str, lines: int = 100) -> str:
+        """The last `lines` lines of the driver's log."""
+        if not 1 <= lines <= 100_000:
+            raise InputError(
+                f"cannot tail {lines} lines of job {submission_id!r}", hint="ask for 1-100000 lines"
+            )
+        return self._driver_log(submission_id, lines=lines)
+
+    def _driver_log(self, submission_id: str, lines: int) -> str:
+        record = self.get(submission_id)
+        saved = record.job_dir / "logs" / "driver.log" if record.job_dir else None
+        if saved is not None and saved.is_file():
+            return _last_lines(saved.read_text(encoding="utf-8", errors="replace"), lines)
+        if record.driver_node_id is None:
+            if record.ended:
+                return ""  # ended before a driver started (e.g. stopped while PENDING)
+            raise NotFound(
+                f"job {submission_id!r} has no driver log yet ({record.status})",
+                hint="its driver has not started; wait until it is RUNNING",
+            )
+        text = self._read_node_log(record, lines=-1 if record.ended else lines)
+        if record.ended and saved is not None:
+            # Keep the scene: the node's Ray log folder goes away with the node.
+            saved.write_text(text, encoding="utf-8")
+        return _last_lines(text, lines)
+
+    def _read_node_log(self, record: JobRecord, lines: int) -> str:
+        filename = f"job-driver-{record.submission_id}.log"
+        params = {"node_id": record.driver_node_id, "filename": filename, "lines": lines}
+        url = f"{self.dashboard_url}/api/v0/logs/file"
+        try:
+            with httpx.stream("GET", url, params=params, timeout=self.request_timeout_s) as resp:
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in resp.iter_bytes():
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > MAX_LOG_BYTES:
+                        break
+                body = b"".join(chunks)[:MAX_LOG_BYTES].decode("utf-8", errors="replace")
+        except httpx.HTTPError as exc:
+            raise SourceUnavailable("the Ray log API", url, _cause(exc), hint=DASHBOARD_HINT) from None
+        if resp.status_code != 200:
+            raise SourceUnavailable(
+                f"the driver log of job {record.submission_id!r}",
+                f"node {record.driver_node_id}",
+                f"HTTP {resp.status_code}: {_last_line(body)}",
+                hint="the driver's node may be gone; read the job folder's logs/ instead",
+            )
+        return body
+
+
+def _last_lines(text: str, lines: int) -> str:
+    if lines < 0:
+        return text
+    kept = text.splitlines(keepends=True)[-lines:]
+    return "".join(kept)
+
+
+def _last_line(text: str) -> str:
+    stripped = [line for line in text.strip().splitlines() if line.strip() and line.strip() != "."]
+    line = stripped[-1] if stripped else text.strip()
+    return line[:300]
+
+
+def _cause(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_last_line(str(exc)) or 'no detail'}"
