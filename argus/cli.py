@@ -189,10 +189,12 @@ def demo(
 def _register_plugins() -> None:
     from argus.cli_analyze import register as register_analyze
     from argus.cli_rules import register as register_rules
+    from argus.cli_tokens import register as register_tokens
     from argus.sim.cli import register as register_sim
 
     register_analyze(app)
     register_rules(app)
+    register_tokens(app)
     register_sim(app)
 
 

@@ -9,14 +9,16 @@ Everything it started is stopped on the way out, also on Ctrl-C.
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import httpx
+from loguru import logger
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
@@ -135,7 +137,7 @@ def run_demo(*, work_dir: Path, keep: bool, console: Console) -> int:
             delivered = receiver.wait_for(lambda r: r["path"].endswith("/argus"), timeout=30)
             progress.update(step, description="incident detected and delivered", total=1, completed=1)
 
-        api_items = httpx.get(f"{argus.url}/v1/incidents", timeout=10).json()["items"]
+        api_items = argus.get("/v1/incidents").json()["items"]
         incident = argus.store.get_incident(incident.id)
         _report(console, incident, killed_at, detected_wall, ray_verdict, delivered, api_items, argus, work_dir)
         if keep:
@@ -260,6 +262,12 @@ class _ArgusUnderTest:
         from argus.wiring import build_pipeline, open_store
 
         self.store = open_store(self.settings)
+        # The demo reads the API the way a client must: with a viewer token, revoked when the demo ends.
+        # The suffix keeps names unique when the demo runs again on the same data dir.
+        self._token_record, self._token = self.store.create_token(
+            f"demo-{secrets.token_hex(4)}", "viewer", created_by="argus demo",
+            expires_at=datetime.now(timezone.utc) + timedelta(days=1),
+        )
         metrics = ArgusMetrics()
         pipeline = build_pipeline(self.settings, self.store, public_url=self.url, metrics=metrics)
         self.daemon = Daemon(pipeline, interval_s=self.settings.poll_interval_s)
@@ -277,6 +285,9 @@ class _ArgusUnderTest:
             return httpx.get(f"{self.url}/v1/health", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
+
+    def get(self, path: str) -> httpx.Response:
+        return httpx.get(f"{self.url}{path}", headers={"Authorization": f"Bearer {self._token}"}, timeout=10)
 
     def ray_verdict(self, incident_id: str):
         """When Ray declared the node dead, once the node-state finding has joined the incident."""
@@ -299,4 +310,9 @@ class _ArgusUnderTest:
             if self._thread:
                 self._thread.join(timeout=10)
         if getattr(self, "store", None):
+            if getattr(self, "_token_record", None):
+                try:
+                    self.store.revoke_token(self._token_record.id)
+                except ArgusError as err:  # the demo is over either way; its token expires unused
+                    logger.warning("could not revoke the demo's API token: {}", err)
             self.store.close()

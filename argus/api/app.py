@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from argus import __version__
 from argus.api import errors, health, incidents
+from argus.api.auth import install_audit, require
 from argus.exporter import ArgusMetrics, metrics_router
+from argus.store.tokens import Role
 
 
 def create_app(
@@ -23,8 +25,10 @@ def create_app(
     app.state.store = store
     app.state.health = health_provider
     errors.install(app)
+    install_audit(app)
+    # Health and /metrics are open (liveness probes, Prometheus scrapes; see argus/api/auth.py).
     app.include_router(health.router)
-    app.include_router(incidents.router)
+    app.include_router(incidents.router, dependencies=[Depends(require(Role.VIEWER))])
     if metrics is not None:
         app.include_router(metrics_router(metrics))
     return app

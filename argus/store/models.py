@@ -1,4 +1,4 @@
-"""The incident store's tables: incidents, findings, actions, reports.
+"""The store's tables: incidents, findings, actions, reports; API tokens and the audit log.
 
 Rows mirror core.types; enums are stored as their string values so a new reader needs no Python enum
 to understand the database. The column types below also decide what text and time look like on disk,
@@ -213,3 +213,37 @@ class ReportRow(Base):
     generator: Mapped[str] = mapped_column(CleanText)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     data: Mapped[dict[str, Any]] = mapped_column(CleanJSON)
+
+
+class ApiTokenRow(Base):
+    """An API token. Only the sha256 of the token is kept; `prefix` (its first, public part) finds the row."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(CleanString(32), primary_key=True)
+    name: Mapped[str] = mapped_column(CleanString(64), unique=True)
+    role: Mapped[str] = mapped_column(CleanString(16))
+    prefix: Mapped[str] = mapped_column(CleanString(32), unique=True)
+    token_hash: Mapped[str] = mapped_column(CleanString(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    created_by: Mapped[str] = mapped_column(CleanText)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class AuditRow(Base):
+    """One mutating API call: who (token name and role), what (method, path, target), when, and the result."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    actor: Mapped[str] = mapped_column(CleanText)
+    role: Mapped[str | None] = mapped_column(CleanString(16), nullable=True)
+    method: Mapped[str] = mapped_column(CleanString(16))
+    path: Mapped[str] = mapped_column(CleanText)
+    target: Mapped[str | None] = mapped_column(CleanText, nullable=True)
+    status: Mapped[int] = mapped_column(Integer)
+    outcome: Mapped[str] = mapped_column(CleanString(16))
+    detail: Mapped[dict[str, Any]] = mapped_column(CleanJSON)

@@ -1,4 +1,5 @@
-"""The incident store: findings deduplicated into incidents, actions and reports, in SQLite or PostgreSQL.
+"""The store: findings deduplicated into incidents, actions, reports, API tokens and the audit log,
+in SQLite or PostgreSQL.
 
 One Store is shared by the API and the daemon loop, from different threads: every method opens its own
 short transaction. Every database error leaves here as one of core.errors, with the password masked.
@@ -7,11 +8,12 @@ short transaction. Every database error leaves here as one of core.errors, with 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from loguru import logger
@@ -24,10 +26,23 @@ from argus.store.models import (
     FINGERPRINT_MAX,
     SUBJECT_ID_MAX,
     ActionRow,
+    ApiTokenRow,
+    AuditRow,
     FindingRow,
     IncidentRow,
     ReportRow,
     clean_json,
+)
+from argus.store.tokens import (
+    NAME_MAX,
+    AuditRecord,
+    Role,
+    TokenRecord,
+    hash_token,
+    new_token,
+    outcome_of,
+    prefix_of,
+    valid_name,
 )
 from core.errors import InputError, NotFound, StoreError
 from core.types import (
@@ -48,6 +63,10 @@ MAX_FINDINGS_PER_INCIDENT = 50
 MAX_LIST_LIMIT = 1000
 # Losing the open-incident race raises an IntegrityError; the retry then finds the winner's row.
 _RECORD_ATTEMPTS = 5
+# last_used_at is written at most this often per token, so reads do not each cost a write.
+_LAST_USED_EVERY = timedelta(seconds=60)
+# Compared against when no row has the token's prefix, so a miss costs the same compare as a hit.
+_NO_HASH = "0" * 64
 
 
 def new_id(prefix: str) -> str:
@@ -380,6 +399,110 @@ class Store:
             return [_report(row) for row in rows]
 
 
+    # ---- API tokens and audit -------------------------------------------------------------------------
+
+    def create_token(
+        self, name: str, role: Role | str, created_by: str, expires_at: datetime | None = None
+    ) -> tuple[TokenRecord, str]:
+        """A new token: its record and the token itself, which is not stored and cannot be shown again."""
+        if not valid_name(name):
+            raise InputError(
+                f"token name {name[:80]!r} is not allowed",
+                hint=f"use letters, digits and . _ @ -, starting with a letter or digit, at most {NAME_MAX}",
+            )
+        role = _enum(Role, role, "role")
+        now = self._clock()
+        if expires_at is not None and _utc(expires_at) <= now:
+            raise InputError(f"token {name!r} would expire at {expires_at.isoformat()}, already past",
+                             hint="give an expiry in the future, or none")
+        token, prefix = new_token()
+        row = ApiTokenRow(
+            id=new_id("tok"), name=name, role=role.value, prefix=prefix, token_hash=hash_token(token),
+            created_at=now, created_by=created_by, expires_at=expires_at,
+        )
+        try:
+            with self._session("creating a token") as s:
+                if s.scalars(select(ApiTokenRow.id).where(ApiTokenRow.name == name)).first() is not None:
+                    raise _name_taken(name)
+                s.add(row)
+                record = _token(_saved(s, row))
+        except StoreError as err:
+            if isinstance(err.__cause__, exc.IntegrityError):  # another process took the name meanwhile
+                raise _name_taken(name) from None
+            raise
+        logger.info("API token {} ({}) created for role {} by {}", name, prefix, role.value, created_by)
+        return record, token
+
+    def verify_token(self, token: str) -> TokenRecord | None:
+        """The record of a token that exists, is not revoked and has not expired; None for anything else."""
+        prefix = prefix_of(token)
+        if prefix is None:
+            return None
+        now = self._clock()
+        with self._session("checking a token") as s:
+            row = s.scalars(select(ApiTokenRow).where(ApiTokenRow.prefix == prefix)).first()
+            matches = hmac.compare_digest(hash_token(token), row.token_hash if row else _NO_HASH)
+            if row is None or not matches:
+                return None
+            record = _token(row)
+            if not record.usable_at(now):
+                return None
+            if record.last_used_at is None or now - record.last_used_at >= _LAST_USED_EVERY:
+                row.last_used_at = now
+                record = _token(_saved(s, row))
+            return record
+
+    def revoke_token(self, name_or_id: str) -> TokenRecord:
+        """Revoke a token by name or id; revoking twice keeps the first time. NotFound if there is none."""
+        with self._session("revoking a token") as s:
+            row = s.scalars(
+                select(ApiTokenRow).where((ApiTokenRow.name == name_or_id) | (ApiTokenRow.id == name_or_id))
+            ).first()
+            if row is None:
+                raise NotFound(f"no API token named {name_or_id[:80]!r}", hint="list them with `argus tokens list`")
+            if row.revoked_at is None:
+                row.revoked_at = self._clock()
+                logger.info("API token {} ({}) revoked", row.name, row.prefix)
+            return _token(_saved(s, row))
+
+    def list_tokens(self) -> list[TokenRecord]:
+        """Every token, revoked and expired ones too, oldest first."""
+        with self._session("listing tokens") as s:
+            rows = s.scalars(select(ApiTokenRow).order_by(ApiTokenRow.created_at, ApiTokenRow.id))
+            return [_token(row) for row in rows]
+
+    def audit(
+        self,
+        *,
+        actor: str,
+        role: Role | str | None,
+        method: str,
+        path: str,
+        status: int,
+        target: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> AuditRecord:
+        """Record one call: who (token name, role), what (method, path, target), when (now), the result."""
+        row = AuditRow(
+            at=self._clock(), actor=actor, role=None if role is None else Role(role).value,
+            method=method.upper()[:16], path=path, target=target, status=status, outcome=outcome_of(status),
+            detail=_jsonable(detail or {}),
+        )
+        with self._session("writing the audit log") as s:
+            s.add(row)
+            return _audit(_saved(s, row))
+
+    def list_audit(self, limit: int = 100, since: datetime | None = None) -> list[AuditRecord]:
+        """Audit records, newest first; `since` keeps those at or after it."""
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InputError(f"limit {limit} is out of range", hint=f"use 1 to {MAX_LIST_LIMIT}")
+        query = select(AuditRow)
+        if since is not None:
+            query = query.where(AuditRow.at >= since)
+        query = query.order_by(AuditRow.at.desc(), AuditRow.id.desc()).limit(limit)
+        with self._session("reading the audit log") as s:
+            return [_audit(row) for row in s.scalars(query)]
+
 # ---- conversions between rows and core.types ----------------------------------------------------------
 
 
@@ -535,4 +658,26 @@ def _report(row: ReportRow) -> Report:
         generator=row.generator,
         created_at=row.created_at,
         data=row.data,
+    )
+
+
+def _name_taken(name: str) -> InputError:
+    return InputError(
+        f"an API token named {name!r} exists already",
+        hint="choose another name; revoked tokens keep theirs so the audit log names one token each",
+    )
+
+
+def _token(row: ApiTokenRow) -> TokenRecord:
+    return TokenRecord(
+        id=row.id, name=row.name, role=Role(row.role), prefix=row.prefix, created_at=row.created_at,
+        created_by=row.created_by, expires_at=row.expires_at, revoked_at=row.revoked_at,
+        last_used_at=row.last_used_at,
+    )
+
+
+def _audit(row: AuditRow) -> AuditRecord:
+    return AuditRecord(
+        id=row.id, at=row.at, actor=row.actor, role=row.role, method=row.method, path=row.path,
+        target=row.target, status=row.status, outcome=row.outcome, detail=row.detail,
     )

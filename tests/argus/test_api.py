@@ -19,6 +19,12 @@ def store(tmp_path):
     s.close()
 
 
+def viewer(store: Store, **app_args) -> TestClient:
+    """A client of the app that sends a viewer's token."""
+    _, token = store.create_token("test-viewer", "viewer", created_by="tests")
+    return TestClient(create_app(store=store, **app_args), headers={"Authorization": f"Bearer {token}"})
+
+
 def lost(node_id: str, summary: str = "Ray node 10.0.0.7 died") -> Finding:
     return Finding(
         category=Category.NODE_LOST,
@@ -34,7 +40,7 @@ def lost(node_id: str, summary: str = "Ray node 10.0.0.7 died") -> Finding:
 def test_list_filter_and_show(store):
     a, _ = store.record_finding(lost("n1"))
     store.record_finding(lost("n2"))
-    client = TestClient(create_app(store=store))
+    client = viewer(store)
     body = client.get("/v1/incidents").json()
     assert len(body["items"]) == 2
     assert client.get("/v1/incidents", params={"subject": "n1"}).json()["items"][0]["id"] == a.id
@@ -50,14 +56,14 @@ def test_list_filter_and_show(store):
      {"since": "yesterday"}, {"subject": "x" * 10_000}],
 )
 def test_malformed_queries_are_422_with_reasons(store, params):
-    response = TestClient(create_app(store=store)).get("/v1/incidents", params=params)
+    response = viewer(store).get("/v1/incidents", params=params)
     assert response.status_code == 422
     body = response.json()
     assert body["error"] == "InvalidRequest" and body["problems"]
 
 
 def test_unknown_and_hostile_ids(store):
-    client = TestClient(create_app(store=store))
+    client = viewer(store)
     missing = client.get("/v1/incidents/inc-000000000000")
     assert missing.status_code == 404 and missing.json()["hint"]
     assert client.get("/v1/incidents/" + "a" * 5000).status_code == 400
@@ -72,7 +78,7 @@ def test_api_stays_up_and_names_what_it_cannot_reach(store):
     )
     result = pipeline.run_once()
     assert "ray_state" in result.errors
-    client = TestClient(create_app(store=store, health_provider=pipeline.health))
+    client = viewer(store, health_provider=pipeline.health)
     health = client.get("/v1/health").json()
     assert health["status"] == "degraded" and health["unreachable"] == ["ray_state"]
     [source] = health["sources"]

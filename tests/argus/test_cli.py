@@ -66,7 +66,7 @@ def test_unreachable_database_is_a_clear_error():
 def test_help_lists_the_commands():
     result = run("--help")
     assert result.returncode == 0
-    for command in ("serve", "incidents", "analyze", "demo", "dcgm-sim"):
+    for command in ("serve", "incidents", "analyze", "demo", "dcgm-sim", "tokens"):
         assert command in result.stdout
 
 
@@ -83,6 +83,11 @@ def test_serve_stays_up_without_ray_and_says_so(tmp_path):
     env.update({"ARGUS_DATA_DIR": str(tmp_path), "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9",
                 "ARGUS_PROMETHEUS_URL": "http://127.0.0.1:9",
                 "ARGUS_POLL_INTERVAL_S": "0.5", "ARGUS_REQUEST_TIMEOUT_S": "1"})
+    # A token made the way an admin makes one, before the server starts on the same data dir.
+    created = subprocess.run([*ARGUS, "tokens", "create", "serve-test", "--role", "viewer"],
+                             env=env, capture_output=True, text=True, timeout=120)
+    assert created.returncode == 0, created.stderr
+    auth = {"Authorization": f"Bearer {created.stdout.strip()}"}
     proc = subprocess.Popen([*ARGUS, "serve", "--port", str(port)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -97,7 +102,8 @@ def test_serve_stays_up_without_ray_and_says_so(tmp_path):
             time.sleep(0.3)
         assert health and health["status"] == "degraded"
         assert {"ray_state", "ray_logs", "prometheus"} <= set(health["unreachable"])
-        assert httpx.get(f"http://127.0.0.1:{port}/v1/incidents", timeout=5).status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/incidents", timeout=5).status_code == 401
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/incidents", headers=auth, timeout=5).status_code == 200
     finally:
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=30)

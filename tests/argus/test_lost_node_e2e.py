@@ -96,7 +96,9 @@ def test_killed_worker_becomes_one_incident_everywhere(ray_cluster, ray_faults, 
         time.sleep(0.5)
         assert len(webhook_receiver.received) == 1
 
-        api = TestClient(create_app(store=store, health_provider=pipeline.health))
+        _, token = store.create_token("e2e-viewer", "viewer", created_by="tests")
+        api = TestClient(create_app(store=store, health_provider=pipeline.health),
+                         headers={"Authorization": f"Bearer {token}"})
         assert [i["id"] for i in api.get("/v1/incidents").json()["items"]] == [incident.id]
         assert api.get("/v1/health").json()["status"] == "ok"
 
