@@ -71,6 +71,11 @@ class Correlator:
         An echo belongs to a root cause of the jobs it touches; a root cause belongs to an open incident
         of the same category about the same jobs (one fault seen twice: Ray's node state and the job's log).
         """
+        absorbed = [
+            i for i in self._open(ROOT_CAUSES | ECHOES) if finding.fingerprint in (i.attrs.get("echoes") or [])
+        ]
+        if absorbed:  # this fingerprint was already filed under another incident: keep filing it there
+            return min(absorbed, key=lambda i: i.first_seen)
         jobs = finding_jobs(finding)
         if not jobs:
             return None

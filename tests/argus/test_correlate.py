@@ -142,3 +142,22 @@ def test_a_node_incident_from_the_gcs_log_joins_once_the_jobs_are_known(setup):
     [left] = store.list_incidents(state=IncidentState.OPEN)
     assert {f.reason for f in store.findings_for(left.id)} == {
         "RayletTerminatedUnexpectedly", "NodeHealthCheckFailed", "RayNodeDead"}
+
+
+def test_a_fingerprint_once_absorbed_stays_with_its_incident(setup):
+    """Ray's verdict on node n7 joins the job's incident; a GCS line about n7 with no job named (same
+    fingerprint as Ray's verdict) must follow it there, not open a node incident of its own."""
+    store, replay, pipeline, _ = setup
+    gcs_line = Finding(
+        category=Category.NODE_LOST, reason="NodeHealthCheckFailed",
+        subject=Subject(kind=SubjectKind.NODE, id="n7"), summary="GCS: node n7 is dead", first_seen=T0,
+    )
+    replay.batches = [
+        [job_finding(Category.NODE_LOST, "job-j", "RayletTerminatedUnexpectedly")],
+        [node_lost("n7", ["job-j"]), gcs_line],
+    ]
+    [only] = pipeline.run_once().opened
+    assert pipeline.run_once().opened == []
+    assert [i.id for i in store.list_incidents(state=IncidentState.OPEN)] == [only.id]
+    assert {f.reason for f in store.findings_for(only.id)} == {
+        "RayletTerminatedUnexpectedly", "RayNodeDead", "NodeHealthCheckFailed"}
