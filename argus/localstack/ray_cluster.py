@@ -15,7 +15,7 @@ How the processes are held (measured with ray 2.60 on this machine):
   environment, the autoscaler's and dashboard's own metrics ports (AUTOSCALER_METRIC_PORT=44217 and
   DASHBOARD_METRIC_PORT=44227 by default). Fixed defaults would collide with another cluster on the
   same host, since nodes bind several of these on 0.0.0.0.
-- Temp dirs are short (/tmp/ag-XXXXXXXX/h, .../w1): Ray puts unix sockets under
+- Temp dirs are short (/tmp/ag-<random>/h, .../w1): Ray puts unix sockets under
   <temp>/session_<timestamp>/sockets/ and a socket path may not exceed 107 bytes.
 - The Prometheus service-discovery file is written into the head's session dir; Ray keeps a symlink to
   it at <head temp dir>/prom_metrics_service_discovery.json, which is `sd_file`. A symlink's target
