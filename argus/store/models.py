@@ -1,4 +1,5 @@
-"""The store's tables: incidents, findings, actions, reports; API tokens and the audit log.
+"""The store's tables: incidents, findings, actions, reports; API tokens and the audit log; GPU nodes
+and their state transitions.
 
 Rows mirror core.types; enums are stored as their string values so a new reader needs no Python enum
 to understand the database. The column types below also decide what text and time look like on disk,
@@ -247,3 +248,35 @@ class AuditRow(Base):
     status: Mapped[int] = mapped_column(Integer)
     outcome: Mapped[str] = mapped_column(CleanString(16))
     detail: Mapped[dict[str, Any]] = mapped_column(CleanJSON)
+
+
+# Ray node ids are 56 hex characters; the slack is for whatever a later Ray calls them.
+RAY_NODE_ID_MAX = 128
+
+
+class NodeRow(Base):
+    """A GPU node Argus manages: its spec (control.nodes.NodeSpec as JSON) and its lifecycle state."""
+
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(CleanString(63), primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(CleanJSON)
+    state: Mapped[str] = mapped_column(CleanString(16), index=True)
+    ray_node_id: Mapped[str | None] = mapped_column(CleanString(RAY_NODE_ID_MAX), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class NodeTransitionRow(Base):
+    """One move of a node between states: who made it, why and when. from_state is null for registration."""
+
+    __tablename__ = "node_transitions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(CleanString(63), ForeignKey("nodes.name", ondelete="CASCADE"), index=True)
+    from_state: Mapped[str | None] = mapped_column(CleanString(16), nullable=True)
+    to_state: Mapped[str] = mapped_column(CleanString(16))
+    actor: Mapped[str] = mapped_column(CleanText)
+    reason: Mapped[str] = mapped_column(CleanText)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ray_node_id: Mapped[str | None] = mapped_column(CleanString(RAY_NODE_ID_MAX), nullable=True)

@@ -33,6 +33,7 @@ from argus.store.models import (
     ReportRow,
     clean_json,
 )
+from argus.store.nodes import SqlNodeRegistry
 from argus.store.tokens import (
     NAME_MAX,
     AuditRecord,
@@ -106,6 +107,10 @@ class Store:
 
     def close(self) -> None:
         self._engine.dispose()
+
+    def nodes(self) -> SqlNodeRegistry:
+        """The registry of GPU nodes in this store's database, sharing its connections and clock."""
+        return SqlNodeRegistry(self._engine, clock=self._clock)
 
     def _check_revision(self) -> None:
         have, want = migrate.revision_of(self._engine), migrate.head_revision()
