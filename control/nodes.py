@@ -349,6 +349,29 @@ class NodeRegistry(Protocol):
     def transitions(self, name: str) -> list[Transition]: ...
 
 
+def name_taken(name: str, state: str | None) -> InputError:
+    """The error every NodeRegistry raises when a name is registered twice."""
+    where = f" (state {state})" if state is not None else ""
+    return InputError(
+        f"a node named {name!r} is already registered{where}",
+        hint="pick another name, or take the node offline and register it again",
+    )
+
+
+def check_move(name: str, current: str | None, from_state: NodeState, spec: NodeSpec | None) -> None:
+    """The compare-and-set rules every NodeRegistry applies before a move: the node exists, it is still
+    in `from_state` (`current` is its stored state's value), and a new spec keeps its name."""
+    if current is None:
+        raise NotFound(f"no node named {name!r} is registered", hint="register it first")
+    if current != from_state.value:
+        raise InputError(
+            f"node {name} is {current}, not {from_state.value}: another change came first",
+            hint="read the node again and retry",
+        )
+    if spec is not None and spec.name != name:
+        raise InputError(f"node {name}: a new spec must keep the name, got {spec.name!r}")
+
+
 class MemoryNodeRegistry:
     """A NodeRegistry in memory, for the library's own use and tests. It forgets everything on exit."""
 
@@ -371,11 +394,7 @@ class MemoryNodeRegistry:
     def add(self, spec: NodeSpec, *, actor: str, reason: str) -> NodeRecord:
         with self._lock:
             if spec.name in self._nodes:
-                raise InputError(
-                    f"a node named {spec.name!r} is already registered "
-                    f"(state {self._nodes[spec.name].state.value})",
-                    hint="pick another name, or take the node offline and register it again",
-                )
+                raise name_taken(spec.name, self._nodes[spec.name].state.value)
             now = self._clock()
             record = NodeRecord(spec=spec, state=NodeState.PENDING, updated_at=now)
             self._nodes[spec.name] = record
@@ -397,15 +416,8 @@ class MemoryNodeRegistry:
         transition(from_state, to_state)
         with self._lock:
             current = self._nodes.get(name)
-            if current is None:
-                raise NotFound(f"no node named {name!r} is registered", hint="register it first")
-            if current.state != from_state:
-                raise InputError(
-                    f"node {name} is {current.state.value}, not {from_state.value}: another change came first",
-                    hint="read the node again and retry",
-                )
-            if spec is not None and spec.name != name:
-                raise InputError(f"node {name}: a new spec must keep the name, got {spec.name!r}")
+            check_move(name, None if current is None else current.state.value, from_state, spec)
+            assert current is not None
             now = self._clock()
             record = current.model_copy(update={
                 "state": to_state,

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from argus.store import migrate
 from argus.store.models import RAY_NODE_ID_MAX, NodeRow, NodeTransitionRow
-from control.nodes import NodeRecord, NodeSpec, NodeState, Transition, transition
+from control.nodes import NodeRecord, NodeSpec, NodeState, Transition, check_move, name_taken, transition
 from core.errors import InputError, NotFound, StoreError
 from core.types import utcnow
 
@@ -62,7 +62,7 @@ class SqlNodeRegistry:
             with self._session("registering a node") as s:
                 existing = s.get(NodeRow, spec.name)
                 if existing is not None:
-                    raise _name_taken(spec.name, existing.state)
+                    raise name_taken(spec.name, existing.state)
                 now = self._clock()
                 row = NodeRow(name=spec.name, spec=spec.model_dump(mode="json"), state=NodeState.PENDING.value,
                               ray_node_id=None, created_at=now, updated_at=now)
@@ -73,7 +73,7 @@ class SqlNodeRegistry:
                 record = _record(_saved(s, row))
         except StoreError as err:
             if isinstance(err.__cause__, exc.IntegrityError):  # another caller registered the name meanwhile
-                raise _name_taken(spec.name, None) from None
+                raise name_taken(spec.name, None) from None
             raise
         logger.info("node {} registered by {}", spec.name, actor)
         return record
@@ -97,15 +97,8 @@ class SqlNodeRegistry:
             )
         with self._session("moving a node") as s:
             row = s.scalars(select(NodeRow).where(NodeRow.name == name).with_for_update()).first()
-            if row is None:
-                raise NotFound(f"no node named {name!r} is registered", hint="register it first")
-            if row.state != from_state.value:
-                raise InputError(
-                    f"node {name} is {row.state}, not {from_state.value}: another change came first",
-                    hint="read the node again and retry",
-                )
-            if spec is not None and spec.name != name:
-                raise InputError(f"node {name}: a new spec must keep the name, got {spec.name!r}")
+            check_move(name, None if row is None else row.state, from_state, spec)
+            assert row is not None
             now = self._clock()
             row.state = to_state.value
             row.updated_at = now
@@ -141,14 +134,6 @@ def _saved(s: Session, row: NodeRow) -> NodeRow:
     s.flush()
     s.refresh(row)
     return row
-
-
-def _name_taken(name: str, state: str | None) -> InputError:
-    where = f" (state {state})" if state is not None else ""
-    return InputError(
-        f"a node named {name!r} is already registered{where}",
-        hint="pick another name, or take the node offline and register it again",
-    )
 
 
 def _record(row: NodeRow) -> NodeRecord:
