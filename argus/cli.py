@@ -55,7 +55,7 @@ def serve(
     from argus.api.app import create_app
     from argus.daemon import Daemon
     from argus.exporter import ArgusMetrics
-    from argus.wiring import build_pipeline, open_store
+    from argus.wiring import build_control, build_pipeline, open_store
 
     settings = _settings(config, api_host=host, api_port=port)
     setup_logging(settings.log_level, settings.data_dir / "logs" / "argus.log")
@@ -63,11 +63,13 @@ def serve(
     public = f"http://{settings.api_host}:{settings.api_port}"
     metrics = ArgusMetrics()
     pipeline = build_pipeline(settings, store, public_url=public, metrics=metrics)
-    daemon = Daemon(pipeline, interval_s=settings.poll_interval_s)
+    control = build_control(settings, store)
+    daemon = Daemon(pipeline, interval_s=settings.poll_interval_s,
+                    chores={"job timeouts": (control.jobs.enforce_timeouts, settings.job_timeout_check_s)})
     daemon.start()
     try:
         uvicorn.run(
-            create_app(store=store, health_provider=pipeline.health, metrics=metrics),
+            create_app(store=store, health_provider=pipeline.health, metrics=metrics, control=control),
             host=settings.api_host,
             port=settings.api_port,
             log_config=None,  # uvicorn's records go through the loguru intercept set up above

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from loguru import logger
 
+from argus.control_plane import ControlPlane
 from argus.correlate import Correlator
 from argus.exporter import ArgusMetrics
 from argus.notify.webhook import WebhookNotifier
@@ -21,6 +22,8 @@ from collectors.prometheus import PrometheusClient, PrometheusTargetsCollector
 from collectors.ray_logs import RayLogsCollector
 from collectors.ray_state import RayStateCollector
 from collectors.storage import SharedStorageCollector
+from control.jobs import JobController
+from control.node_manager import NodeManager
 from core.ports import Collector, Detector, Notifier
 from core.settings import Settings
 from detectors.disk_space import DiskSpaceDetector
@@ -112,3 +115,22 @@ def build_pipeline(
         on_tick=after_tick,
     )
     return pipeline
+
+
+def build_control(settings: Settings, store) -> ControlPlane:
+    """The control plane the API acts through: jobs over the Jobs SDK, nodes over SSH (when the GCS address
+    is set) with their registry in the store."""
+    jobs = JobController(
+        settings.ray_dashboard_url,
+        settings.shared_root,
+        request_timeout_s=settings.request_timeout_s,
+        code_roots=settings.effective_code_roots,
+    )
+    registry = store.nodes()
+    manager = None
+    if settings.ray_gcs_address:
+        manager = NodeManager(registry, gcs_address=settings.ray_gcs_address, dashboard_url=settings.ray_dashboard_url)
+    else:
+        logger.info("no ray_gcs_address: nodes can be registered and listed but not joined, drained or taken offline")
+    return ControlPlane(jobs=jobs, registry=registry, manager=manager,
+                        ssh_key_dirs=tuple(settings.effective_ssh_key_dirs))

@@ -30,7 +30,7 @@ import json
 import secrets
 import shlex
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,8 +39,9 @@ from typing import Any
 import httpx
 from loguru import logger
 
+from control.artifacts import CleanupPlan, apply_cleanup, plan_cleanup
 from control.jobspec import SUBMISSION_ID_RE, JobSpec
-from core.errors import ArgusError, ConfigError, InputError, NotFound, SourceUnavailable
+from core.errors import ArgusError, ConfigError, Conflict, InputError, NotFound, SourceUnavailable
 from core.types import utcnow
 
 DEFAULT_ENTRYPOINT_RESOURCES: dict[str, float] = {"worker": 0.001}
@@ -91,6 +92,7 @@ class JobController:
         entrypoint_resources: dict[str, float] | None = None,
         entrypoint_num_cpus: float | None = None,
         request_timeout_s: float = 10.0,
+        code_roots: Sequence[Path] | None = None,
     ) -> None:
         self.dashboard_url = dashboard_url.rstrip("/")
         self.shared_root = Path(shared_root)
@@ -107,6 +109,8 @@ class JobController:
         self.entrypoint_resources = dict(entrypoint_resources or {})
         self.entrypoint_num_cpus = entrypoint_num_cpus
         self._client = client
+        # None: any directory (library use); the service passes its allow-list (Settings.job_code_roots).
+        self.code_roots = None if code_roots is None else tuple(Path(r).resolve() for r in code_roots)
 
     # -- folders -----------------------------------------------------------------------------------
 
@@ -121,6 +125,23 @@ class JobController:
                 hint="ids are 1-64 of A-Z a-z 0-9 _ . -, starting with a letter or digit",
             )
         return self.jobs_root / submission_id
+
+    def check_code_dir(self, path: Path, what: str, sid: str) -> None:
+        """`path` is a directory inside one of the code roots, links resolved (no escape through a link)."""
+        if not path.is_dir():
+            raise InputError(
+                f"{what} {path} of job {sid!r} is not a directory",
+                hint="it must exist on shared storage, visible to every node",
+            )
+        if self.code_roots is None:
+            return
+        real = path.resolve()
+        if not any(real == root or real.is_relative_to(root) for root in self.code_roots):
+            roots = ", ".join(str(r) for r in self.code_roots) or "(none)"
+            raise InputError(
+                f"{what} {path} of job {sid!r} is outside the allowed code roots ({roots})",
+                hint="put the code under one of them, or ask an admin to add its root to job_code_roots",
+            )
 
     def new_submission_id(self, name: str) -> str:
         return f"{name}-{self.clock().astimezone(timezone.utc):%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
@@ -153,7 +174,7 @@ class JobController:
                     hint="list jobs with JobController.list() (or `ray job list`) for the ids it knows",
                 ) from None
             if "already exists" in text and submission_id is not None:
-                raise InputError(
+                raise Conflict(
                     f"Ray already has a job with submission id {submission_id!r}",
                     hint="choose another submission_id, or leave it out to get a generated one",
                 ) from None
@@ -174,15 +195,12 @@ class JobController:
         sid = spec.submission_id or self.new_submission_id(spec.name)
         job_dir = self.job_dir(sid)
         for path, what in ((spec.code_path, "code_path"), (spec.working_dir, "working_dir")):
-            if path is not None and not Path(path).is_dir():
-                raise InputError(
-                    f"{what} {path} of job {sid!r} is not a directory",
-                    hint="it must exist on shared storage, visible to every node",
-                )
+            if path is not None:
+                self.check_code_dir(Path(path), what, sid)
         try:
             job_dir.mkdir(parents=True, exist_ok=False)
         except FileExistsError:
-            raise InputError(
+            raise Conflict(
                 f"job folder {job_dir} already exists",
                 hint="choose another submission_id, or leave it out to get a generated one",
             ) from None
@@ -356,6 +374,36 @@ class JobController:
             return json.loads((job_dir / "config" / "status.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
+
+    # -- artifacts ---------------------------------------------------------------------------------
+
+    def cleanup_artifacts(self, submission_id: str, *, keep_last: int, dry_run: bool = False) -> CleanupPlan:
+        """Delete all but the job's last `keep_last` checkpoints (see control/artifacts.py); refused with
+        Conflict while the job may still write them. A job Ray no longer knows (the cluster restarted
+        since) cannot be running, so its folder may be cleaned."""
+        job_dir = self.job_dir(submission_id)
+        try:
+            record = self.get(submission_id)
+        except NotFound:
+            if not job_dir.is_dir():
+                raise NotFound(f"no job {submission_id!r}: Ray does not know it and {job_dir} does not exist",
+                               hint="list jobs with GET /v1/jobs") from None
+        else:
+            if not record.ended:
+                raise Conflict(
+                    f"job {submission_id!r} is {record.status}: its checkpoints may still be written or read",
+                    hint="stop the job first, or wait until it ends",
+                )
+            if record.job_dir is None:
+                raise NotFound(f"job {submission_id!r} has no folder under {self.jobs_root}",
+                               hint="only jobs submitted through Argus have artifacts Argus manages")
+        plan = plan_cleanup(job_dir, keep_last)
+        if dry_run:
+            return plan
+        done = apply_cleanup(plan)
+        logger.info("job {}: removed {} checkpoint(s), kept {} ({} bytes freed)", submission_id,
+                    len(done.removed), len(done.kept), done.freed_bytes)
+        return done
 
     # -- logs --------------------------------------------------------------------------------------
 

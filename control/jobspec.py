@@ -29,18 +29,18 @@ MAX_ENV_TOTAL_CHARS = 128 * 1024
 MAX_LABELS = 32
 MAX_PATH_CHARS = 1024
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
-SUBMISSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}\Z")
+SUBMISSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 # POSIX-ish user names; the first character is never a dot, so ".." cannot be an owner (users/<owner>/).
-OWNER_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
-ENV_KEY_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+OWNER_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}\Z")
+ENV_KEY_RE = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")
 # Label keys and values as Kubernetes and Ray node labels spell them: an optional DNS prefix, then a name.
 _LABEL_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
-LABEL_KEY_RE = re.compile(rf"^(?:[a-z0-9](?:[a-z0-9.-]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$")
-LABEL_VALUE_RE = re.compile(rf"^{_LABEL_NAME}$")
+LABEL_KEY_RE = re.compile(rf"^(?:[a-z0-9](?:[a-z0-9.-]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}\Z")
+LABEL_VALUE_RE = re.compile(rf"^{_LABEL_NAME}\Z")
 # Path characters: no ':' (the PYTHONPATH separator), no '$' (Ray expands $VAR in env values), no
 # whitespace or control characters.
-PATH_RE = re.compile(r"^/[A-Za-z0-9_.,+@/-]*$")
+PATH_RE = re.compile(r"^/[A-Za-z0-9_.,+@/-]*\Z")
 # Keys the controller sets itself or that would break the job's runtime: refused in `env`.
 RESERVED_ENV_PREFIXES = ("RAY_", "ARGUS_")
 RESERVED_ENV_KEYS = frozenset({"PYTHONPATH"})

@@ -23,7 +23,7 @@ from loguru import logger
 from control import commands
 from control.nodes import NodeRecord, NodeRegistry, NodeSpec, NodeState, transition
 from control.ssh import CommandOutcome, CommandRunner, SshRunner
-from core.errors import ArgusError, SourceUnavailable
+from core.errors import ArgusError, Conflict, SourceUnavailable
 from core.types import utcnow
 
 NODE_LABEL = "argus.io/node"
@@ -37,7 +37,7 @@ class NodeOutcome:
     """What one step did to one node."""
 
     node: str
-    action: str  # register, join, drain, offline, probe
+    action: str  # register, join, undrain, drain, offline, probe, reset
     ok: bool
     state: NodeState
     message: str
@@ -88,37 +88,74 @@ class NodeManager:
     def join(self, name: str, *, actor: str, reason: str = "join") -> NodeOutcome:
         record = self.registry.get(name)
         transition(record.state, NodeState.ONLINE)
-        spec = record.spec
         try:
             already = self._ray_node(name)
-            if already is not None:
-                return self._fail(record, "join", actor,
-                                  f"Ray already lists a live node for {name} ({already['node_id']})",
-                                  hint="take the node offline first, then reset and join it")
+        except ArgusError as exc:
+            return self._fail(record, "join", actor, f"join of {name} failed: {exc.message}", hint=exc.hint)
+        if already is not None:
+            return self._fail(record, "join", actor,
+                              f"Ray already lists a live node for {name} ({already['node_id']})",
+                              hint="take the node offline first, then reset and join it")
+        return self._start_ray(record, "join", actor, reason)
+
+    def undrain(self, name: str, *, actor: str, reason: str = "undrain") -> NodeOutcome:
+        """draining -> online. Ray cannot cancel a drain, so the node joins again once Ray has let it go.
+
+        While Ray still lists the node ALIVE (busy work finishing under the drain) this refuses with
+        Conflict and changes nothing; otherwise leftovers of the old node are stopped and Ray started anew."""
+        record = self.registry.get(name)
+        if record.state is not NodeState.DRAINING:  # pending -> online is legal, but that is a join
+            raise Conflict(f"node {name} is {record.state.value}, not draining: there is no drain to undo",
+                           hint="join a pending node; reset an offline or failed one, then join it")
+        try:
+            still = self._ray_node(name)
+        except ArgusError as exc:
+            return self._fail(record, "undrain", actor, f"undrain of {name} failed: {exc.message}", hint=exc.hint)
+        if still is not None:
+            raise Conflict(
+                f"Ray still runs work on node {name} ({still['node_id']}) under the drain and cannot cancel it",
+                hint="wait until its work ends (Ray then ends the node) and undrain again, or take it offline",
+            )
+        spec = record.spec
+        cleanup = self._runner(spec).run(commands.offline(spec.ray_temp_dir, ray_bin=spec.ray_bin, grace_s=15),
+                                         timeout_s=75)
+        if not cleanup.ok:
+            return self._fail(record, "undrain", actor,
+                              f"stopping the drained Ray processes on {name} failed: {cleanup.describe()}",
+                              hint="log in to the node and stop its Ray processes by hand", commands=(cleanup,))
+        return self._start_ray(record, "undrain", actor, reason, earlier=(cleanup,))
+
+    def _start_ray(self, record: NodeRecord, action: str, actor: str, reason: str, *,
+                   earlier: tuple[CommandOutcome, ...] = ()) -> NodeOutcome:
+        """Start Ray on the node with its labels and resources, wait until Ray lists it ALIVE, move it online."""
+        name, spec = record.name, record.spec
+        try:
             resources = {WORKER_RESOURCE: 1, **spec.resources}
             labels = {**spec.labels, NODE_LABEL: name, **({POOL_LABEL: spec.pool} if spec.pool else {})}
             argv = commands.ray_start_for(spec, self.gcs_address, resources, labels,
                                           timeout_s=int(self.join_timeout_s))
             result = self._runner(spec).run(argv, timeout_s=self.join_timeout_s + 15)
+            ran = (*earlier, result)
             if not result.ok:
-                return self._fail(record, "join", actor, f"ray start on {name} failed: {result.describe()}",
+                return self._fail(record, action, actor, f"ray start on {name} failed: {result.describe()}",
                                   hint="read the error above; check that the node reaches the GCS at "
                                        f"{self.gcs_address} and that ray_bin={spec.ray_bin} exists there",
-                                  commands=(result,))
+                                  commands=ran)
             node = self._wait_ray(name, alive=True, timeout_s=self.join_timeout_s)
         except ArgusError as exc:
-            return self._fail(record, "join", actor, f"join of {name} failed: {exc.message}", hint=exc.hint)
+            return self._fail(record, action, actor, f"{action} of {name} failed: {exc.message}", hint=exc.hint)
         if node is None:
-            return self._fail(record, "join", actor,
+            return self._fail(record, action, actor,
                               f"ray start on {name} returned but Ray did not list the node ALIVE "
                               f"within {self.join_timeout_s:.0f} s",
                               hint="read the node's raylet.out/raylet.err under its Ray temp dir",
-                              commands=(result,))
+                              commands=ran)
         record = self.registry.record_transition(name, record.state, NodeState.ONLINE, actor=actor,
                                                  reason=reason, ray_node_id=node["node_id"])
-        logger.info("node {} joined Ray as {}", name, node["node_id"])
-        return self._outcome(record, "join", True, f"node {name} is ALIVE in Ray as {node['node_id']}",
-                             ray_node_id=node["node_id"], data={"ray": _brief(node)}, commands=(result,))
+        logger.info("node {} {}: Ray lists it as {}", name, "joined" if action == "join" else action,
+                    node["node_id"])
+        return self._outcome(record, action, True, f"node {name} is ALIVE in Ray as {node['node_id']}",
+                             ray_node_id=node["node_id"], data={"ray": _brief(node)}, commands=ran)
 
     def drain(self, name: str, *, actor: str, reason: str, deadline_s: int | None = None) -> NodeOutcome:
         """Stop new work landing on the node (Ray's drain-node); running work may finish, then Ray ends it."""

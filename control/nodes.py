@@ -17,7 +17,7 @@ from typing import Annotated, Protocol, runtime_checkable
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from core.errors import InputError, NotFound
+from core.errors import Conflict, InputError, NotFound
 from core.types import utcnow
 
 NAME_RE = re.compile(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?")
@@ -284,7 +284,7 @@ def transition(current: NodeState, target: NodeState) -> NodeState:
     """Return `target` when the move is legal; raise InputError naming the moves that are."""
     if target not in _ALLOWED[current]:
         legal = ", ".join(sorted(s.value for s in _ALLOWED[current]))
-        raise InputError(
+        raise Conflict(
             f"a node cannot go from {current.value} to {target.value}",
             hint=f"from {current.value} it can go to: {legal}",
         )
@@ -349,10 +349,10 @@ class NodeRegistry(Protocol):
     def transitions(self, name: str) -> list[Transition]: ...
 
 
-def name_taken(name: str, state: str | None) -> InputError:
+def name_taken(name: str, state: str | None) -> Conflict:
     """The error every NodeRegistry raises when a name is registered twice."""
     where = f" (state {state})" if state is not None else ""
-    return InputError(
+    return Conflict(
         f"a node named {name!r} is already registered{where}",
         hint="pick another name, or take the node offline and register it again",
     )
@@ -364,7 +364,7 @@ def check_move(name: str, current: str | None, from_state: NodeState, spec: Node
     if current is None:
         raise NotFound(f"no node named {name!r} is registered", hint="register it first")
     if current != from_state.value:
-        raise InputError(
+        raise Conflict(
             f"node {name} is {current}, not {from_state.value}: another change came first",
             hint="read the node again and retry",
         )

@@ -54,3 +54,13 @@ class NotFound(ArgusError):
 
 class InputError(ArgusError):
     """Input from a user or an outside system is malformed."""
+
+
+class Conflict(InputError):
+    """The request is well formed but the object's current state forbids it (a job still running, a node
+    in the wrong state, another change that came first)."""
+
+
+class NotConfigured(ConfigError):
+    """This Argus runs without a setting a request needs (a GCS address for node steps): the service, not
+    the request, must change."""

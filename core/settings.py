@@ -54,6 +54,18 @@ class Settings(BaseSettings):
         default_factory=list, description="extra metric-rule folders beside the built-in"
     )
 
+    # the control plane
+    ray_gcs_address: str | None = Field(
+        default=None, description="host:port of the head's GCS that nodes join; None: node steps are off"
+    )
+    job_timeout_check_s: float = Field(default=30.0, gt=0, le=3600, description="how often job timeouts are enforced")
+    job_code_roots: list[Path] = Field(
+        default_factory=list, description="where a job's code_path and working_dir may be; default: shared_root"
+    )
+    node_ssh_key_dirs: list[Path] = Field(
+        default_factory=list, description="where a node's ssh_key_path may be; default: <data_dir>/ssh"
+    )
+
     # who is told
     webhook_urls: list[str] = Field(default_factory=list, description="generic JSON webhooks for incidents")
 
@@ -88,6 +100,24 @@ class Settings(BaseSettings):
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"{url!r} must start with http:// or https://")
         return v
+
+    @field_validator("ray_gcs_address")
+    @classmethod
+    def _gcs(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        host, sep, port = v.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError("must be host:port of the Ray head's GCS, e.g. 10.0.0.1:6380")
+        return v.strip()
+
+    @property
+    def effective_code_roots(self) -> list[Path]:
+        return self.job_code_roots or [self.shared_root]
+
+    @property
+    def effective_ssh_key_dirs(self) -> list[Path]:
+        return self.node_ssh_key_dirs or [self.data_dir / "ssh"]
 
     @property
     def effective_database_url(self) -> str:

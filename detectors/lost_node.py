@@ -1,5 +1,10 @@
 """Lost node: a Ray node that Ray has declared DEAD, with the jobs that had work on it.
 
+Planned ends are not losses: Ray's "Expected termination" (a graceful `ray stop`), "Terminated due to
+idle" (the autoscaler), and a preemption drain Argus itself asked for (its reason starts with "argus:",
+see control/node_manager.py). A preemption anyone else asked for (a spot reclaim, an operator's
+drain-node) still is one: jobs lose their ranks without having planned it.
+
 Stateful: a node that was ALIVE and is now DEAD is reported once per process; after a restart of Argus,
 nodes that died within the lookback window are reported again and the store folds the repeat into the
 same incident (the fingerprint is the node id). Nodes that died before the window are history.
@@ -27,6 +32,14 @@ ACTION = (
 )
 
 
+PLANNED_PREFIXES = ("Expected termination", "Terminated due to idle", "Terminated due to preemption: argus:")
+
+
+def planned_end(state_message: str | None) -> bool:
+    """Whether Ray's state message of a DEAD node says it was ended on purpose (see the module docstring)."""
+    return (state_message or "").strip().startswith(PLANNED_PREFIXES)
+
+
 class LostNodeDetector:
     name = "lost_node"
 
@@ -48,6 +61,8 @@ class LostNodeDetector:
                 self._reported.add(node_id)
                 continue
             self._reported.add(node_id)
+            if planned_end(signal.attrs.get("state_message")):
+                continue
             findings.append(self._finding(signal, died_at))
         return findings
 

@@ -8,15 +8,23 @@ from typing import Any
 from fastapi import Depends, FastAPI
 
 from argus import __version__
-from argus.api import errors, health, incidents
+from argus.api import errors, health, incidents, jobs, nodes, ops
 from argus.api.auth import install_audit, require
+from argus.api.limits import MAX_BODY_BYTES, BodyLimit
+from argus.control_plane import ControlPlane
 from argus.exporter import ArgusMetrics, metrics_router
 from argus.store.tokens import Role
 
 
 def create_app(
-    *, store: Any, health_provider: Callable[[], dict[str, Any]] | None = None, metrics: ArgusMetrics | None = None
+    *,
+    store: Any,
+    health_provider: Callable[[], dict[str, Any]] | None = None,
+    metrics: ArgusMetrics | None = None,
+    control: ControlPlane | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
+    """The API. Without `control` the job, node and ops routes answer 503 (NotConfigured)."""
     app = FastAPI(
         title="Argus",
         version=__version__,
@@ -24,11 +32,17 @@ def create_app(
     )
     app.state.store = store
     app.state.health = health_provider
+    app.state.control = control
     errors.install(app)
     install_audit(app)
     # Health and /metrics are open (liveness probes, Prometheus scrapes; see argus/api/auth.py).
     app.include_router(health.router)
     app.include_router(incidents.router, dependencies=[Depends(require(Role.VIEWER))])
+    # Each route of these declares its own role: reads need viewer, steps operator, registering a node admin.
+    app.include_router(jobs.router)
+    app.include_router(nodes.router)
+    app.include_router(ops.router)
     if metrics is not None:
         app.include_router(metrics_router(metrics))
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # added last: the outermost of ours
     return app

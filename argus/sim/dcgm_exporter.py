@@ -82,7 +82,7 @@ XID_MESSAGES: dict[int, str] = {
 }
 UNKNOWN_XID_MESSAGE = "Unknown Error"
 
-_SAFE_LABEL_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/@+-]{0,127}$")
+_SAFE_LABEL_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/@+-]{0,127}\Z")
 
 
 @dataclass

@@ -7,90 +7,22 @@ offline (and this test's cleanup) find its processes without touching any other 
 
 from __future__ import annotations
 
-import shutil
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-from argus.localstack.ports import free_port
 from argus.localstack.ray_cluster import RayCluster
 from argus.localstack.sshd import Sshd
 from control.node_manager import NODE_LABEL, NodeManager
-from control.nodes import MemoryNodeRegistry, NodeSpec, NodeState
+from control.nodes import MemoryNodeRegistry, NodeState
 from control.ssh import HostKeyRejected, SshRunner
 from core.errors import InputError
+from tests.node_helpers import NODE_IP, node_spec, processes_with, ray_temp_dir
 
-NODE_IP = "127.0.0.5"
-RAY_BIN = str(Path(sys.executable).parent / "ray")
-
-
-def processes_with(text: str) -> list[psutil.Process]:
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(text in arg for arg in p.info["cmdline"] or []):
-                found.append(p)
-        except psutil.Error:
-            continue
-    return found
-
-
-def kill_tree(procs: list[psutil.Process]) -> None:
-    everything = list(procs)
-    for p in procs:
-        try:
-            everything += p.children(recursive=True)
-        except psutil.Error:
-            pass
-    for p in everything:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(everything, timeout=15)
-
-
-@pytest.fixture
-def temp_dir() -> Iterator[str]:
-    """A short unique Ray temp dir; whatever runs with it in its command line is killed afterwards."""
-    path = tempfile.mkdtemp(prefix="ag-n", dir="/tmp")
-    try:
-        yield path
-    finally:
-        kill_tree(processes_with(path))
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def node_spec(sshd: Sshd, temp_dir: str, **over: Any) -> NodeSpec:
-    data: dict[str, Any] = {
-        "name": "loop-05",
-        "host": "127.0.0.1",
-        "ssh_user": sshd.user,
-        "ssh_port": sshd.port,
-        "ssh_key_path": str(sshd.client_key),
-        "host_key": sshd.host_public_key,
-        "node_ip": NODE_IP,
-        "labels": {"argus.io/zone": "loopback"},
-        "pool": "test",
-        "gpus": 0,
-        "cpus": 1,
-        "ray_bin": RAY_BIN,
-        "ray_temp_dir": temp_dir,
-        "ray_ports": {
-            "metrics_export_port": free_port(min_port=20000),
-            "dashboard_agent_listen_port": free_port(),
-            "dashboard_agent_grpc_port": free_port(),
-            "runtime_env_agent_port": free_port(),
-        },
-    }
-    data.update(over)
-    return NodeSpec.parse(data)
+temp_dir = ray_temp_dir  # this module's tests call the fixture temp_dir
 
 
 def manager(ray_cluster: RayCluster, registry: MemoryNodeRegistry) -> NodeManager:

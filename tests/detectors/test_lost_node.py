@@ -56,3 +56,16 @@ def test_old_deaths_are_history_and_fingerprint_is_stable():
 def test_idle_node_death_is_a_warning():
     [f] = LostNodeDetector(clock=lambda: NOW).detect([node("n1", "DEAD", died=NOW)])
     assert f.severity is Severity.WARNING and "no jobs" in f.summary
+
+
+def test_planned_ends_are_not_losses_but_other_preemptions_are():
+    def ended(message: str) -> Signal:
+        signal = node(f"n-{abs(hash(message))}", "DEAD", died=NOW)
+        return signal.model_copy(update={"attrs": {**signal.attrs, "state_message": message}})
+
+    d = LostNodeDetector(clock=lambda: NOW)
+    planned = ["Expected termination: received SIGTERM", "Terminated due to idle (no Ray activity)",
+               "Terminated due to preemption: argus: xid 79 on gpu 3"]
+    assert d.detect([ended(m) for m in planned]) == []
+    [spot] = d.detect([ended("Terminated due to preemption: spot instance reclaimed")])
+    assert "spot instance reclaimed" in spot.summary

@@ -1,0 +1,42 @@
+"""What the API's job, node and ops routes act through, built once by argus.wiring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from control.jobs import JobController
+from control.node_manager import NodeManager
+from control.nodes import NodeRegistry, NodeSpec
+from core.errors import InputError, NotConfigured
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    jobs: JobController
+    registry: NodeRegistry
+    manager: NodeManager | None  # None when no GCS address is configured: nodes are listed, not acted on
+    ssh_key_dirs: tuple[Path, ...]
+
+    def nodes(self) -> NodeManager:
+        if self.manager is None:
+            raise NotConfigured(
+                "node steps (join, drain, undrain, offline, probe) are off: this Argus has no GCS address",
+                hint="set ray_gcs_address (ARGUS_RAY_GCS_ADDRESS=<head>:<gcs port>) and restart Argus",
+            )
+        return self.manager
+
+    def check_key_path(self, spec: NodeSpec) -> None:
+        """The node's private key is one of the keys the admin put in an allowed folder: an API caller must
+        not point Argus at any other file on this host."""
+        real = Path(spec.ssh_key_path).resolve()
+        roots = [d.resolve() for d in self.ssh_key_dirs]
+        if not any(real.is_relative_to(root) for root in roots):
+            raise InputError(
+                f"ssh_key_path {spec.ssh_key_path} of node {spec.name} is outside the SSH key folders "
+                f"({', '.join(str(r) for r in roots) or 'none'})",
+                hint="put the key in one of them, or ask an admin to add its folder to node_ssh_key_dirs",
+            )
+        if not real.is_file():
+            raise InputError(f"ssh_key_path {spec.ssh_key_path} of node {spec.name} is not a file",
+                             hint="copy the private key there first (mode 600)")
