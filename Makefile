@@ -4,13 +4,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.argus-installed
 
-.PHONY: demo test setup system-deps lint clean
+.PHONY: demo test setup system-deps lint clean llm
 
 demo: setup
 	$(VENV)/bin/argus demo
 
-test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+# The LLM tests run against the real local model: `llm` is cached, so after the first build it costs nothing,
+# and ARGUS_REQUIRE_LLM=1 turns a missing model into a failure instead of a skip.
+test: setup llm
+	ARGUS_REQUIRE_LLM=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 setup: $(STAMP) system-deps
 
@@ -25,6 +27,10 @@ $(STAMP): pyproject.toml | $(PY)
 
 system-deps:
 	@bash scripts/ensure-system-deps.sh
+
+# The local LLM for RCA tests and the demo: llama-server + a pinned model, cached in ~/.cache/argus/llm.
+llm: setup
+	bash scripts/llm-setup.sh
 
 lint: setup
 	$(VENV)/bin/ruff check .

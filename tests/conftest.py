@@ -250,3 +250,30 @@ def sshd(stack_dir: Path) -> Iterator[Sshd]:
     finally:
         server.stop()
         _LIVE.pop("sshd", None)
+
+
+@pytest.fixture(scope="session")
+def llm_server(stack_dir: Path) -> Iterator[Any]:
+    """A real llama-server with the pinned small model at `.base_url`, named `.model` (OpenAI API).
+
+    `make llm` installs both into a cache outside the repo. Without them the test is skipped, or fails
+    where ARGUS_REQUIRE_LLM=1 says the LLM must be exercised.
+    """
+    import os
+
+    from argus.localstack.llm import LlamaServer, llm_paths
+
+    paths = llm_paths()
+    if not paths.present:
+        message = f"run `make llm` first ({paths.problem})"
+        if os.environ.get("ARGUS_REQUIRE_LLM") == "1":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    server = LlamaServer(stack_dir / "llm", binary=paths.binary, model=paths.model)
+    _LIVE["llm_server"] = server
+    server.start(timeout=180)  # stops what it started when it fails
+    try:
+        yield server
+    finally:
+        server.stop()
+        _LIVE.pop("llm_server", None)
