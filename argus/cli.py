@@ -55,14 +55,16 @@ def serve(
     from argus.api.app import create_app
     from argus.daemon import Daemon
     from argus.exporter import ArgusMetrics
-    from argus.wiring import build_control, build_pipeline, open_store
+    from argus.wiring import build_control, build_pipeline, build_reports, open_store
 
     settings = _settings(config, api_host=host, api_port=port)
     setup_logging(settings.log_level, settings.data_dir / "logs" / "argus.log")
     store = open_store(settings)
     public = f"http://{settings.api_host}:{settings.api_port}"
     metrics = ArgusMetrics()
-    pipeline = build_pipeline(settings, store, public_url=public, metrics=metrics)
+    reports = build_reports(settings, store)
+    reports.start()
+    pipeline = build_pipeline(settings, store, public_url=public, metrics=metrics, reports=reports)
     control = build_control(settings, store)
     daemon = Daemon(pipeline, interval_s=settings.poll_interval_s,
                     chores={"job timeouts": (control.jobs.enforce_timeouts, settings.job_timeout_check_s)})
@@ -76,6 +78,7 @@ def serve(
         )
     finally:
         daemon.stop()
+        reports.stop()
         store.close()
 
 
@@ -159,6 +162,42 @@ def incidents_show(
         for e in f.evidence:
             where = f"{e.source}:{e.line}" if e.line else e.source
             out.print(f"  {where}  {e.text}", markup=False, highlight=False)
+
+
+@incidents_app.command("report")
+def incidents_report(
+    incident_id: Annotated[str, typer.Argument(help="incident id, e.g. inc-0123456789ab")],
+    config: ConfigOption = None,
+    write: Annotated[bool, typer.Option("--write", help="write a new report now, then show it")] = False,
+    llm: Annotated[bool, typer.Option(help="with --write: let the configured LLM write it")] = True,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    raw: Annotated[bool, typer.Option("--raw", help="print the Markdown source")] = False,
+) -> None:
+    """Show an incident's latest root-cause report (Markdown), or write one now with --write."""
+    from rich.markdown import Markdown
+
+    from argus.wiring import build_reports, open_store
+
+    settings = _settings(config)
+    store = open_store(settings)
+    try:
+        if write:
+            with err.status(f"writing the report for {incident_id}" + (" (the LLM may take a minute)"
+                                                                        if llm and settings.llm_base_url else "")):
+                build_reports(settings, store).write(incident_id, llm=llm)
+        reports = store.reports_for(incident_id)
+    finally:
+        store.close()
+    if not reports:
+        err.print(f"incident {incident_id} has no report yet: run `argus incidents report {incident_id} --write`")
+        raise typer.Exit(1)
+    latest = reports[-1]
+    if as_json:
+        print(json.dumps(latest.model_dump(mode="json"), ensure_ascii=False))
+    elif raw:
+        print(latest.markdown, end="")
+    else:
+        out.print(Markdown(latest.markdown))
 
 
 @db_app.command("upgrade")

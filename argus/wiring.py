@@ -5,6 +5,8 @@ Registered in explicit lists: adding a collector, detector or notifier is one li
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from loguru import logger
 
 from argus.control_plane import ControlPlane
@@ -12,6 +14,7 @@ from argus.correlate import Correlator
 from argus.exporter import ArgusMetrics
 from argus.notify.webhook import WebhookNotifier
 from argus.pipeline import Pipeline, TickResult
+from argus.reports import ReportService
 from collectors.dcgm import DcgmScrapeCollector
 from collectors.logs import JobLogsCollector
 from collectors.metric_rules import MetricRuleCollector
@@ -34,6 +37,9 @@ from detectors.log_rules import LogRuleDetector
 from detectors.lost_node import LostNodeDetector
 from detectors.metric_rules import MetricRuleDetector, MetricRuleSet, load_metric_rules
 from detectors.stall import StallDetector
+from rca.engine import RcaEngine
+from rca.metrics import PrometheusMetricsReader
+from rca.redact import Redactor
 
 
 def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: ArgusMetrics) -> list[Collector]:
@@ -92,10 +98,46 @@ def open_store(settings: Settings):
     return Store(settings.effective_database_url)
 
 
+def build_redactor(settings: Settings) -> Callable[[], Redactor]:
+    """A factory: each report gets a fresh Redactor, so pseudonyms (ip-1, user-1) are stable within it."""
+    Redactor(settings.redact_patterns)  # a bad pattern stops start-up, not the first report
+
+    def make() -> Redactor:
+        return Redactor(settings.redact_patterns, mask_ips=settings.redact_ips,
+                        mask_users=bool(settings.redact_users), users=settings.redact_users)
+
+    return make
+
+
+def build_llm(settings: Settings):  # type: ignore[no-untyped-def]
+    """The LLM writer when llm_base_url is set (langchain loads only then), else None."""
+    if not settings.llm_base_url:
+        return None
+    from rca.llm import LlmWriter
+
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    return LlmWriter(settings.llm_base_url, settings.llm_model, api_key=key, timeout_s=settings.llm_timeout_s,
+                     max_retries=settings.llm_max_retries, method=settings.llm_method)
+
+
+def build_reports(settings: Settings, store, **overrides) -> ReportService:  # type: ignore[no-untyped-def]
+    """Reports for incidents (not started: call .start())."""
+    metrics_reader = None
+    if settings.prometheus_url:
+        metrics_reader = PrometheusMetricsReader(PrometheusClient(settings.prometheus_url,
+                                                                  timeout_s=settings.request_timeout_s))
+    engine = RcaEngine(load_rules(settings.rules_dirs), build_redactor(settings),
+                       writer=overrides.get("writer", build_llm(settings)), metrics=metrics_reader,
+                       token_budget=settings.rca_token_budget)
+    return ReportService(store, engine, settings.shared_root)
+
+
 def build_pipeline(
-    settings: Settings, store, *, public_url: str | None = None, metrics: ArgusMetrics | None = None, **overrides
+    settings: Settings, store, *, public_url: str | None = None, metrics: ArgusMetrics | None = None,
+    reports: ReportService | None = None, **overrides
 ) -> Pipeline:
-    """The loop. `metrics` (also mounted at /metrics by the API) is kept up to date after every tick."""
+    """The loop. `metrics` (also mounted at /metrics by the API) is kept up to date after every tick; each
+    incident it opens is queued for a report when `reports` is given."""
     metric_rules = load_metric_rules(settings.metric_rules_dirs)
     metrics = metrics or ArgusMetrics()
     pipeline: Pipeline
@@ -103,6 +145,9 @@ def build_pipeline(
     def after_tick(result: TickResult) -> None:
         metrics.observe_tick(result, pipeline.sources)
         metrics.refresh_incidents(store)
+        if reports is not None:
+            for incident in result.opened:
+                reports.submit(incident.id)
 
     pipeline = Pipeline(
         collectors=overrides.get("collectors") or build_collectors(settings, metric_rules, metrics),

@@ -41,6 +41,22 @@ class PrometheusClient:
             raise SourceUnavailable("Prometheus", self.url, cause, hint=_HINT) from exc
 
 
+    def query_range(self, promql: str, start: datetime, end: datetime, step_s: float) -> list[dict[str, Any]]:
+        """A range query: a list of {"metric": labels, "values": [[ts, "v"], ...]}."""
+        from prometheus_api_client.exceptions import PrometheusApiClientException
+
+        params = {"query": promql, "start": start.timestamp(), "end": end.timestamp(), "step": step_s}
+        try:
+            return list(self._prom.custom_query_range(
+                promql, start_time=start, end_time=end, step=f"{step_s:g}s", timeout=self.timeout_s))
+        except PrometheusApiClientException as exc:
+            raise InputError(f"Prometheus at {self.url} rejected the range query {params}: {exc}",
+                             hint="check the PromQL") from exc
+        except Exception as exc:  # noqa: BLE001 - connection errors, timeouts, bad JSON from a proxy
+            cause = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            raise SourceUnavailable("Prometheus", self.url, cause, hint=_HINT) from exc
+
+
 class PrometheusTargetsCollector:
     """One METRIC signal per scrape target: `up` (1 or 0) with the target's job and instance."""
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from core.errors import ConfigError
@@ -66,6 +66,22 @@ class Settings(BaseSettings):
         default_factory=list, description="where a node's ssh_key_path may be; default: <data_dir>/ssh"
     )
 
+    # root-cause reports
+    llm_base_url: str | None = Field(
+        default=None, description="OpenAI-compatible server (vLLM, Ollama, llama-server, a gateway); None: no LLM"
+    )
+    llm_model: str = Field(default="qwen2.5-coder-1.5b", description="the model name the server knows")
+    llm_api_key: SecretStr | None = Field(default=None, description="bearer key for the LLM server, if it needs one")
+    llm_timeout_s: float = Field(default=120.0, gt=0, le=1800)
+    llm_max_retries: int = Field(default=1, ge=0, le=5)
+    llm_method: Literal["json_schema", "json_mode", "function_calling"] = Field(
+        default="json_schema", description="how the server is asked for structured output"
+    )
+    rca_token_budget: int = Field(default=6000, ge=500, le=200_000, description="size of an evidence bundle")
+    redact_patterns: list[str] = Field(default_factory=list, description="extra regexes whose matches are masked")
+    redact_ips: bool = Field(default=False, description="replace IP addresses by stable pseudonyms in reports")
+    redact_users: list[str] = Field(default_factory=list, description="user names replaced by pseudonyms")
+
     # who is told
     webhook_urls: list[str] = Field(default_factory=list, description="generic JSON webhooks for incidents")
 
@@ -83,7 +99,7 @@ class Settings(BaseSettings):
             raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
         return v
 
-    @field_validator("ray_dashboard_url", "prometheus_url")
+    @field_validator("ray_dashboard_url", "prometheus_url", "llm_base_url")
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:
         if v is None:

@@ -18,7 +18,8 @@ Time is the line order of one log; matches from several logs should be classifie
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import PurePath
 
 from core.limits import MAX_LINE_CHARS
@@ -47,6 +48,7 @@ class Classification:
     evidence: list[tuple[str, int, str]] = field(default_factory=list)  # (source, line, text)
     confidence: float = 0.0
     recommended_action: str | None = None
+    winner: RuleMatch | None = field(default=None, compare=False, repr=False)  # the deciding match
 
 
 def classify(matches: Sequence[RuleMatch], *, lines_scanned: int | None = None) -> Classification:
@@ -81,7 +83,42 @@ def classify(matches: Sequence[RuleMatch], *, lines_scanned: int | None = None) 
         evidence=_evidence(winner, matches),
         confidence=round(confidence, 2),
         recommended_action=rule.action,
+        winner=winner,
     )
+
+
+def tier(result: Classification) -> int:
+    """How strongly a verdict explains a failure: 3 a root cause, 2 another permanent sign, 1 warnings only,
+    0 nothing matched (the same tiers root_cause_pool uses within one log)."""
+    if result.winner is None:
+        return 0
+    rule = result.winner.rule
+    if not rule.permanent:
+        return 1
+    return 3 if rule.priority >= ROOT_CAUSE_PRIORITY else 2
+
+
+def classify_logs(verdicts: Sequence[tuple[Classification, datetime | None]]) -> tuple[int, Classification]:
+    """One verdict for several logs of one failure (ranks, nodes), each classified on its own, with the time
+    of its deciding line when the line carries one. Returns the index of the deciding log and its verdict.
+
+    The strongest tier wins (a lost node or an OOM on one rank beats the NCCL timeouts on the others);
+    within it the first failure in time, when every candidate's line has a time; otherwise the higher
+    priority, then the order the logs were given in."""
+    if not verdicts:
+        raise ValueError("classify_logs needs at least one verdict")
+    best = max(tier(v) for v, _ in verdicts)
+    candidates = [(i, v, at) for i, (v, at) in enumerate(verdicts) if tier(v) == best]
+    if best >= 2 and all(at is not None for _, _, at in candidates):
+        index, chosen, _ = min(candidates, key=lambda c: (c[2], -c[1].winner.rule.priority, c[0]))
+    else:
+        index, chosen, _ = min(candidates, key=lambda c: (-(c[1].winner.rule.priority if c[1].winner else 0), c[0]))
+    if len(verdicts) > 1 and chosen.winner is not None:
+        others = sorted({v.category.value for v, _ in verdicts if v.winner is not None} - {chosen.category.value})
+        shown = f"; the others show: {', '.join(others)}." if others else "."
+        across = f" Decided across {len(verdicts)} logs{shown}"
+        chosen = replace(chosen, summary=chosen.summary + across)
+    return index, chosen
 
 
 def clip_text(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
 
-from core.errors import InputError
+from core.errors import InputError, NotFound
 from core.types import Category, IncidentState
 
 router = APIRouter(prefix="/v1/incidents", tags=["incidents"])
@@ -29,17 +30,44 @@ def list_incidents(
     return {"items": [i.model_dump(mode="json") for i in items], "limit": limit, "offset": offset}
 
 
-@router.get("/{incident_id}")
-def get_incident(request: Request, incident_id: str) -> dict[str, Any]:
-    store = request.app.state.store
+def _check_id(incident_id: str) -> None:
     if len(incident_id) > 64:
         raise InputError(
             f"an incident id of {len(incident_id)} characters is not an incident id",
             hint="ids look like inc-0123456789ab; list them with GET /v1/incidents",
         )
+
+
+@router.get("/{incident_id}")
+def get_incident(request: Request, incident_id: str) -> dict[str, Any]:
+    store = request.app.state.store
+    _check_id(incident_id)
     incident = store.get_incident(incident_id)
     findings = store.findings_for(incident_id)
     return {
         "incident": incident.model_dump(mode="json"),
         "findings": [f.model_dump(mode="json") for f in findings],
     }
+
+
+@router.get("/{incident_id}/report", responses={200: {"content": {"text/markdown": {}, "application/json": {}}}})
+def get_report(
+    request: Request,
+    incident_id: str,
+    format: Annotated[Literal["markdown", "json"] | None, Query(description="default: by the Accept header")] = None,
+) -> Response:
+    """The incident's latest root-cause report, as Markdown or JSON (`?format=` or `Accept: text/markdown`)."""
+    _check_id(incident_id)
+    store = request.app.state.store
+    reports = store.reports_for(incident_id)  # NotFound for an unknown incident
+    if not reports:
+        raise NotFound(f"incident {incident_id} has no report yet",
+                       hint="reports are written within seconds of an incident opening (longer with an LLM); retry")
+    latest = reports[-1]
+    wants_markdown = format == "markdown" or (format is None and "text/markdown" in request.headers.get("accept", ""))
+    if wants_markdown:
+        return PlainTextResponse(latest.markdown, media_type="text/markdown; charset=utf-8")
+    body = latest.model_dump(mode="json")
+    body["earlier"] = [{"id": r.id, "generator": r.generator, "category": r.category.value,
+                        "created_at": r.created_at.isoformat()} for r in reports[:-1]]
+    return JSONResponse(body)

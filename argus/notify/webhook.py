@@ -12,10 +12,12 @@ from core.types import Incident
 
 
 def incident_payload(incident: Incident, event: str, *, link: str | None = None) -> dict[str, Any]:
+    """`link`: the incident in the API; its report is at `<link>/report`."""
     return {
         "event": f"incident.{event}",
         "incident": incident.model_dump(mode="json"),
         "link": link,
+        "report": f"{link}/report" if link else None,
     }
 
 

@@ -1,0 +1,168 @@
+"""Reports for incidents, written off the loop's thread.
+
+For each incident the service gathers what rca needs (the findings, the job's logs and spec from its
+folder on shared storage, the newest checkpoint's time, the actions taken), asks the RcaEngine for a
+report, stores it, and writes it to `<shared_root>/jobs/<submission_id>/rca/<incident>.md` (and `.json`).
+A deterministic report comes first, at once; where an LLM is configured its report follows and becomes
+the latest. A failure is logged and leaves the incident without that report; it never reaches the loop.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+from loguru import logger
+
+from control.artifacts import step_of
+from control.jobspec import SUBMISSION_ID_RE
+from core.types import Incident, Report, SubjectKind
+from rca.engine import RcaEngine
+from rca.evidence import LogSource, read_tail
+
+MAX_LOG_FILES = 16
+LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
+
+
+class ReportService:
+    def __init__(self, store: Any, engine: RcaEngine, shared_root: Path, *,
+                 on_report: Callable[[Incident, Report], None] | None = None) -> None:
+        self.store = store
+        self.engine = engine
+        self.shared_root = Path(shared_root)
+        self.on_report = on_report
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._pending: set[str] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    # -- the worker --------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="argus-reports", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def submit(self, incident_id: str) -> None:
+        """Queue a report for the incident; a report already queued is not queued twice."""
+        with self._lock:
+            if incident_id in self._pending:
+                return
+            self._pending.add(incident_id)
+        self._queue.put(incident_id)
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._pending
+
+    def _run(self) -> None:
+        while (incident_id := self._queue.get()) is not None:
+            try:
+                self.write(incident_id)
+            except Exception as exc:  # noqa: BLE001 - one bad incident must not stop reports for the others
+                logger.opt(exception=exc).bind(incident=incident_id).error("report for {} failed: {}", incident_id, exc)
+            finally:
+                with self._lock:
+                    self._pending.discard(incident_id)
+
+    # -- one report ----------------------------------------------------------------------------------------
+
+    def write(self, incident_id: str, *, llm: bool = True) -> list[Report]:
+        """Write the incident's report(s) now: the deterministic one, then the LLM's where configured."""
+        incident = self.store.get_incident(incident_id)
+        findings = self.store.findings_for(incident_id)
+        sid = self.submission_id(incident)
+        job_dir = self.shared_root / "jobs" / sid if sid else None
+        context = {
+            "logs": self.job_logs(job_dir) if job_dir else [],
+            "job": self.job_facts(job_dir, sid) if job_dir else None,
+            "last_checkpoint_at": self.last_checkpoint_at(job_dir) if job_dir else None,
+            "actions": self.store.list_actions(incident_id),
+        }
+        passes = [False, True] if llm and self.engine.writer is not None else [False]
+        written = []
+        for use_llm in passes:
+            # A second pass whose LLM failed or was overruled is still stored: it says so, as the latest.
+            report = self.engine.report(incident, findings, use_llm=use_llm, **context)
+            saved = self.store.add_report(report)
+            written.append(saved)
+            self._save_file(job_dir, saved)
+            log = logger.bind(incident=incident_id)
+            log.info("report {} for {} ({}, {} {:.2f})", saved.id, incident_id, saved.generator, saved.category.value,
+                     saved.confidence)
+            if self.on_report is not None:
+                self.on_report(incident, saved)
+        return written
+
+    @staticmethod
+    def submission_id(incident: Incident) -> str | None:
+        sid = incident.attrs.get("submission_id")
+        if not sid and incident.subject.kind is SubjectKind.JOB:
+            sid = incident.subject.id
+        return sid if isinstance(sid, str) and SUBMISSION_ID_RE.match(sid) else None
+
+    def job_logs(self, job_dir: Path) -> list[LogSource]:
+        """The job's log files on shared storage, newest first, the tail of each."""
+        folder = job_dir / "logs"
+        if not folder.is_dir():
+            return []
+        try:
+            files = [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()
+                     and p.suffix in LOG_SUFFIXES]
+        except OSError:
+            return []
+        files.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        return [read_tail(p, name=str(p.relative_to(job_dir))) for p in files[:MAX_LOG_FILES]]
+
+    @staticmethod
+    def job_facts(job_dir: Path, sid: str | None) -> dict[str, Any] | None:
+        spec_file = job_dir / "config" / "jobspec.yaml"
+        facts: dict[str, Any] = {"submission_id": sid}
+        try:
+            spec = yaml.safe_load(spec_file.read_text(encoding="utf-8")[:256 * 1024])
+        except (OSError, yaml.YAMLError):
+            spec = None
+        if isinstance(spec, dict):
+            facts["spec"] = {k: spec.get(k) for k in ("name", "workload", "entrypoint", "nnodes", "gpus_per_node",
+                                                      "pool", "code_path", "env", "owner", "resume", "timeout_s")}
+            facts["owner"] = spec.get("owner")
+        try:
+            facts["status"] = json.loads((job_dir / "config" / "status.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
+        return facts
+
+    @staticmethod
+    def last_checkpoint_at(job_dir: Path) -> datetime | None:
+        folder = job_dir / "checkpoints"
+        try:
+            stamps = [p.stat().st_mtime for p in folder.iterdir() if step_of(p.name) is not None]
+        except OSError:
+            return None
+        return datetime.fromtimestamp(max(stamps), tz=timezone.utc) if stamps else None
+
+    def _save_file(self, job_dir: Path | None, report: Report) -> None:
+        if job_dir is None or not job_dir.is_dir():
+            return
+        folder = job_dir / "rca"
+        try:
+            folder.mkdir(exist_ok=True)
+            for suffix, text in ((".md", report.markdown),
+                                 (".json", json.dumps(report.model_dump(mode="json"), indent=2) + "\n")):
+                tmp = folder / f".{report.incident_id}{suffix}.tmp"
+                tmp.write_text(text, encoding="utf-8")
+                tmp.replace(folder / f"{report.incident_id}{suffix}")
+        except OSError as exc:
+            logger.bind(incident=report.incident_id).warning("could not write the report into {}: {}", folder, exc)

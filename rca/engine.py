@@ -1,0 +1,94 @@
+"""One report for one incident: evidence, the deterministic verdict, the LLM's narrative where one is
+configured and works, the category decision, and the rendered report.
+
+The deterministic verdict combines two kinds of knowledge. A detector that observed the fault itself
+(Ray's node state, DCGM metrics, stalled progress, idle GPUs) is direct evidence; a log signature is read
+evidence. A root-cause signature in the logs (an OOM, a hardware fault, a lost node, a full disk) beats an
+observation, because it says why (an OOM kill is why the node was lost); the echo signatures below it
+(NCCL errors, tracebacks) do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from core.types import Action, Category, Finding, Incident, Report
+from detectors.engine import RuleSet
+from detectors.job_failure import UNMATCHED_REASON
+from rca.classify import Classification, clip_text, tier
+from rca.evidence import EvidenceBuilder, LogSource, MetricsReader
+from rca.redact import Redactor
+from rca.report import ReportInput, impact_of, render
+from rca.verdict import decide
+
+
+class RcaEngine:
+    def __init__(
+        self,
+        rules: RuleSet,
+        redactor: Callable[[], Redactor],
+        *,
+        writer: Any = None,  # rca.llm.LlmWriter; Any so that langchain loads only where an LLM is configured
+        metrics: MetricsReader | None = None,
+        token_budget: int = 6000,
+    ) -> None:
+        self.rules = rules
+        self.redactor = redactor
+        self.writer = writer
+        self.metrics = metrics
+        self.token_budget = token_budget
+        self._log_reasons = {rule.reason for rule in rules.rules} | {UNMATCHED_REASON}
+
+    def report(
+        self,
+        incident: Incident,
+        findings: Sequence[Finding],
+        logs: Sequence[LogSource] = (),
+        *,
+        job: dict[str, Any] | None = None,
+        node_facts: dict[str, Any] | None = None,
+        actions: Sequence[Action] = (),
+        last_checkpoint_at: datetime | None = None,
+        use_llm: bool = True,
+    ) -> Report:
+        redactor = self.redactor()
+        builder = EvidenceBuilder(self.rules, redactor, token_budget=self.token_budget, metrics=self.metrics)
+        bundle, from_logs = builder.build(incident, findings, logs, job=job, node_facts=node_facts)
+        verdict, observed = self.deterministic(incident, findings, from_logs)
+        # The verdict quotes findings and log lines: it leaves the process in the report, so it is redacted too.
+        verdict = replace(verdict, summary=redactor.redact(verdict.summary),
+                          evidence=[(s, n, redactor.redact(t)) for s, n, t in verdict.evidence])
+        bundle.verdict.update(category=verdict.category.value, reason=verdict.reason, confidence=verdict.confidence,
+                              summary=verdict.summary)
+        bundle.redactions = redactor.count
+        outcome = decision = None
+        cited: tuple[int, ...] = ()
+        if self.writer is not None and use_llm:
+            outcome = self.writer.analyze(bundle)
+            if outcome.ok and outcome.analysis is not None:
+                cited = tuple(dict.fromkeys(r for r in outcome.analysis.evidence_refs if bundle.line(r) is not None))
+                texts = [bundle.line(r).text for r in cited]  # type: ignore[union-attr]
+                decision = decide(verdict, outcome.analysis.category, outcome.analysis.confidence, texts, self.rules,
+                                  detected=observed)
+        impact = impact_of(incident, bundle, last_checkpoint_at=last_checkpoint_at)
+        return render(ReportInput(incident=incident, bundle=bundle, verdict=verdict, impact=impact, actions=actions,
+                                  llm=outcome, decision=decision, llm_configured=self.writer is not None,
+                                  cited=cited))
+
+    def deterministic(self, incident: Incident, findings: Sequence[Finding],
+                      from_logs: Classification) -> tuple[Classification, bool]:
+        """The verdict and whether it rests on a direct observation (see the module docstring)."""
+        observed = [f for f in findings if f.reason not in self._log_reasons and f.category is not Category.UNKNOWN]
+        if not observed or tier(from_logs) >= 3:
+            return from_logs, False
+        best = max(observed, key=lambda f: (f.category is incident.category, f.confidence))
+        evidence = [(e.source, e.line or 0, clip_text(e.text)) for e in best.evidence[:10]]
+        summary = f"{best.category.value}: {best.summary}"
+        if from_logs.winner is not None:
+            summary += f" The logs show {from_logs.category.value} ({from_logs.reason}), read as its consequence."
+        return Classification(category=best.category, reason=best.reason, summary=summary, evidence=evidence,
+                              confidence=round(best.confidence, 2),
+                              recommended_action=best.recommended_action or from_logs.recommended_action), True

@@ -1,0 +1,244 @@
+"""The report: Markdown an engineer reads and JSON a tool reads, from one set of facts.
+
+Sections: Summary; Root cause (category, confidence, and how it was decided); Evidence (quoted lines with
+their source); Timeline; Impact (job, nodes, GPUs, GPU-hours lost); Recommended actions; What Argus did;
+About this report (generator, model, what was redacted or cut). Text from logs is quoted in code spans or
+blocks, never interpreted as Markdown (a log line cannot inject a link or a heading).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from core.types import Action, Incident, Report
+from rca.classify import Classification
+from rca.evidence import EvidenceBundle
+from rca.llm import LlmAnalysis, LlmOutcome
+from rca.verdict import CATEGORY_MEANINGS, Decision
+
+
+@dataclass(frozen=True)
+class Impact:
+    job: str | None = None
+    owner: str | None = None
+    nodes: tuple[str, ...] = ()
+    gpus: int | None = None
+    gpu_hours_lost: float | None = None
+    basis: str = ""  # how gpu_hours_lost was counted
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"job": self.job, "owner": self.owner, "nodes": list(self.nodes), "gpus": self.gpus,
+                "gpu_hours_lost": self.gpu_hours_lost, "basis": self.basis}
+
+
+def impact_of(incident: Incident, bundle: EvidenceBundle, *, last_checkpoint_at: datetime | None = None) -> Impact:
+    """Who and what the incident hit. GPU-hours lost: the job's GPUs times the time from its last checkpoint
+    (the work to redo) to detection, else from the failure to detection (GPUs held while failing)."""
+    attrs, job = incident.attrs, bundle.job
+    sid = attrs.get("submission_id") or job.get("submission_id") or (
+        incident.subject.id if incident.subject.kind.value == "job" else None)
+    nodes = sorted({str(n) for n in (attrs.get("node_ip"), *job.get("nodes", ())) if n})
+    gpus = job.get("gpus")
+    if gpus is None and job.get("spec"):
+        spec = job["spec"]
+        gpus = (spec.get("nnodes") or 1) * (spec.get("gpus_per_node") or 0) or None
+    hours = basis = None
+    if gpus:
+        if last_checkpoint_at is not None and last_checkpoint_at <= incident.detected_at:
+            span = incident.detected_at - last_checkpoint_at
+            basis = f"{gpus} GPUs × {_hours(span.total_seconds())} from the last checkpoint to detection"
+        else:
+            span = max(incident.detected_at - incident.first_seen, timedelta(0))
+            basis = (f"{gpus} GPUs × {_hours(span.total_seconds())} from the failure to detection "
+                     "(no checkpoint time known)")
+        hours = round(gpus * span.total_seconds() / 3600, 2)
+    return Impact(job=sid, owner=job.get("owner") or attrs.get("owner"), nodes=tuple(nodes), gpus=gpus,
+                  gpu_hours_lost=hours, basis=basis or "")
+
+
+@dataclass(frozen=True)
+class ReportInput:
+    incident: Incident
+    bundle: EvidenceBundle
+    verdict: Classification  # the deterministic one
+    impact: Impact
+    actions: Sequence[Action] = ()
+    llm: LlmOutcome | None = None
+    decision: Decision | None = None
+    llm_configured: bool = False
+    cited: tuple[int, ...] = field(default_factory=tuple)  # the LLM's refs that exist in the bundle
+
+
+def render(inp: ReportInput) -> Report:
+    incident, bundle, verdict = inp.incident, inp.bundle, inp.verdict
+    analysis: LlmAnalysis | None = inp.llm.analysis if inp.llm and inp.llm.ok else None
+    accepted = analysis is not None and inp.decision is not None and inp.decision.accepted
+    category = inp.decision.category if inp.decision else verdict.category
+    confidence = inp.decision.confidence if inp.decision else verdict.confidence
+    summary = analysis.summary if accepted else verdict.summary
+    subject = f"{incident.subject.kind.value} {incident.subject.name or incident.subject.id}"
+
+    md: list[str] = [f"# {category.value} on {subject} ({incident.id})", ""]
+    md += ["## Summary", "", _para(summary), ""]
+
+    md += ["## Root cause", "", f"**Category:** `{category.value}` ({CATEGORY_MEANINGS[category]}). "
+           f"**Confidence:** {confidence:.2f}.", ""]
+    if accepted and analysis is not None:
+        md += [_para(analysis.root_cause), ""]
+    else:
+        md += [_para(verdict.summary), ""]
+    if verdict.reason:
+        md.append(f"Deciding signature: `{verdict.reason}`" + (f" in `{_code(bundle.decided_by)}`." if bundle.decided_by
+                                                                 else "."))
+    if inp.decision is not None:
+        md.append(f"LLM review: {inp.decision.note}.")
+    elif inp.llm is not None and not inp.llm.ok:
+        md.append(f"The LLM ({inp.llm.model}) could not write this report: {_inline(inp.llm.error or '')}. "
+                  "This is the rule engine's report.")
+    md.append("")
+
+    md += ["## Evidence", ""]
+    if bundle.evidence:
+        for e in bundle.evidence:
+            where = f"{e.source}:{e.line}" if e.line else e.source
+            mark = " (cited by the LLM)" if e.ref in inp.cited else ""
+            md.append(f"{e.ref}. `{_code(where)}` ({e.why}){mark}")
+            md.append(f"   `{_code(e.text)}`")
+    else:
+        md.append("No log line matched a failure signature.")
+    if bundle.last_progress is not None:
+        p = bundle.last_progress
+        md += ["", f"Last progress before the failure: `{_code(p.source)}:{p.line}` `{_code(p.text)}`"]
+    for w in bundle.windows[:2]:
+        md += ["", f"Log around line {w.focus_line} of `{_code(w.source)}`:", "", "```text"]
+        md += [f"{w.first_line + i:>6}{'>' if w.first_line + i == w.focus_line else ' '} {_fence(t)}"
+               for i, t in enumerate(w.lines)]
+        md.append("```")
+    if bundle.metrics:
+        md += ["", "| metric | node | min | max | last |", "|---|---|---|---|---|"]
+        for m in bundle.metrics:
+            node = _cell(m.labels.get("node_ip", ""))
+            md.append(f"| {m.name} {m.unit} | {node} | {m.min:g} | {m.max:g} | {m.last:g} |")
+    md.append("")
+
+    md += ["## Timeline", ""]
+    for when, what in _timeline(inp, analysis if accepted else None):
+        md.append(f"- {when}: {_inline(what)}")
+    md.append("")
+
+    imp = inp.impact
+    md += ["## Impact", ""]
+    md.append(f"- Job: `{_code(imp.job)}`" + (f" (owner {_inline(imp.owner)})" if imp.owner else "") if imp.job
+              else "- Job: none named by the evidence")
+    md.append(f"- Nodes: {', '.join(f'`{_code(n)}`' for n in imp.nodes)}" if imp.nodes else "- Nodes: not known")
+    md.append(f"- GPUs: {imp.gpus}" if imp.gpus else "- GPUs: not known")
+    if imp.gpu_hours_lost is not None:
+        md.append(f"- GPU-hours lost: {imp.gpu_hours_lost:g} ({imp.basis})")
+    md.append("")
+
+    md += ["## Recommended actions", ""]
+    steps = list(analysis.next_steps) if accepted and analysis else []
+    if verdict.recommended_action and category is verdict.category:
+        steps.insert(0, verdict.recommended_action)
+    elif incident.recommended_action:
+        steps.insert(0, incident.recommended_action)
+    md += [f"{i}. {_inline(s)}" for i, s in enumerate(dict.fromkeys(steps), start=1)] or ["None known."]
+    md.append("")
+
+    md += ["## What Argus did", ""]
+    if inp.actions:
+        md += [f"- `{a.kind}` on {a.target.kind.value} `{_code(a.target.name or a.target.id)}`: {a.state.value}"
+               + (f" ({_inline(a.reason)})" if a.reason else "") for a in inp.actions]
+    else:
+        md.append("Nothing yet: no remediation step has been planned for this incident.")
+    md.append("")
+
+    generator = f"llm:{inp.llm.model}" if accepted and inp.llm else "deterministic"
+    md += ["## About this report", ""]
+    if accepted and inp.llm:
+        who = f"the LLM {inp.llm.model} in {inp.llm.seconds:.1f} s from the evidence above; its category was checked"
+    elif inp.llm is not None and inp.llm.ok:
+        who = f"the rule engine; the LLM {inp.llm.model}'s analysis was not used (see Root cause)"
+    elif inp.llm is not None:
+        who = f"the rule engine; the LLM {inp.llm.model} failed ({_inline(inp.llm.error or 'no detail')})"
+    else:
+        who = "the rule engine" + ("" if inp.llm_configured else "; no LLM is configured")
+    md.append(f"Written by {who}.")
+    md.append(f"Evidence: {bundle.tokens_used} of {bundle.token_budget} tokens; {bundle.redactions} values redacted "
+              f"before anything left Argus; logs read: {', '.join(_inline(x) for x in bundle.logs_read) or 'none'}.")
+    if bundle.omitted:
+        md.append(f"Left out: {'; '.join(_inline(x) for x in bundle.omitted)}.")
+
+    data = {
+        "incident": incident.id,
+        "category": category.value,
+        "confidence": confidence,
+        "summary": summary,
+        "root_cause": analysis.root_cause if accepted and analysis else verdict.summary,
+        "rule": verdict.reason,
+        "deterministic": {"category": verdict.category.value, "confidence": verdict.confidence},
+        "llm": None if inp.llm is None else {
+            "model": inp.llm.model, "ok": inp.llm.ok, "seconds": inp.llm.seconds, "error": inp.llm.error,
+            "category": analysis.category if analysis else None,
+            "accepted": bool(accepted), "note": inp.decision.note if inp.decision else None,
+        },
+        "evidence": [e.model_dump(mode="json") for e in bundle.evidence],
+        "timeline": [{"at": w, "event": e} for w, e in _timeline(inp, analysis if accepted else None)],
+        "impact": inp.impact.as_dict(),
+        "recommended_actions": list(dict.fromkeys(steps)),
+        "actions": [{"kind": a.kind, "state": a.state.value, "target": a.target.id} for a in inp.actions],
+        "redactions": bundle.redactions,
+        "omitted": bundle.omitted,
+    }
+    return Report(id="", incident_id=incident.id, category=category, confidence=confidence, summary=summary[:2000],
+                  markdown="\n".join(md).rstrip() + "\n", generator=generator, data=data)
+
+
+def _timeline(inp: ReportInput, analysis: LlmAnalysis | None) -> list[tuple[str, str]]:
+    if analysis is not None and analysis.timeline:
+        return [(t.at or "time not shown", t.event) for t in analysis.timeline]
+    events: list[tuple[datetime, str]] = []
+    bundle, incident = inp.bundle, inp.incident
+    if bundle.last_progress is not None and bundle.last_progress.at is not None:
+        events.append((bundle.last_progress.at, f"last progress: {bundle.last_progress.text[:160]}"))
+    for e in bundle.evidence:
+        if e.at is not None:
+            events.append((e.at, f"{e.source}: {e.text[:160]}"))
+    events.append((incident.first_seen, f"failure first seen: {incident.summary[:160]}"))
+    events.append((incident.detected_at, "Argus detected it"))
+    for a in inp.actions:
+        events.append((a.created_at, f"{a.kind} {a.state.value}"))
+    events.sort(key=lambda e: e[0])
+    return [(when.isoformat(timespec="seconds"), what) for when, what in events[:20]]
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h"
+
+
+def _para(text: str) -> str:
+    return _inline(text)
+
+
+def _inline(text: Any) -> str:
+    """Prose from logs or an LLM, shown as text: Markdown's active characters are escaped."""
+    out = str(text).replace("\r", " ").replace("\n", " ")
+    for ch in "\\`*_[]<>#|!":
+        out = out.replace(ch, "\\" + ch)
+    return out
+
+
+def _code(text: Any) -> str:
+    """Inside a code span: backticks would end it, newlines would break it."""
+    return str(text).replace("`", "'").replace("\r", " ").replace("\n", " ")
+
+
+def _cell(text: str) -> str:
+    return _code(text).replace("|", "/")
+
+
+def _fence(text: str) -> str:
+    return text.replace("```", "'''")

@@ -1,0 +1,104 @@
+"""Whose category stands: the rule engine's, or one an LLM proposes. The LLM writes prose; it may only
+change the category where the rules found no failure signature (or only warnings) and the lines it cites
+show the category it proposes. Everything else is rejected, and the report says why.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from core.types import Category
+from detectors.engine import RuleSet
+from rca.classify import Classification, tier
+
+# What each category means, for the prompt and the report.
+CATEGORY_MEANINGS: dict[Category, str] = {
+    Category.GPU_OOM: "a GPU ran out of memory (CUDA out of memory, NCCL or the rollout engine unable to allocate)",
+    Category.HOST_OOM: "a host ran out of memory (kernel OOM killer, SIGKILL / exit 137, Ray's memory monitor)",
+    Category.NCCL_HANG: "a collective stopped making progress (watchdog timeout, stalled steps, stuck ranks)",
+    Category.NCCL_ERROR: "NCCL or the network failed (connection reset, IB errors, NCCL internal or system errors)",
+    Category.NODE_LOST: "a Ray node left the cluster (raylet died, missed heartbeats, node marked dead, preempted)",
+    Category.GPU_HARDWARE: "a GPU or its link failed (Xid 48/64/74/79/94/95, ECC errors, fell off the bus)",
+    Category.DISK_FULL: "a disk or /dev/shm filled up (No space left on device, failed checkpoint writes, quota)",
+    Category.IDLE_GPU: "GPUs were held by a job while idle",
+    Category.USER_ERROR: "the job's own code or configuration failed (Python exceptions, bad arguments, launch "
+                         "mistakes)",
+    Category.UNKNOWN: "the evidence shows no clear cause",
+}
+
+# Words that show a category in a cited line, beside the rules themselves: the LLM may cite a line no rule
+# matched (that is why it is asked), but a line that never mentions memory does not show an OOM.
+SUPPORT: dict[Category, re.Pattern[str]] = {
+    Category.GPU_OOM: re.compile(r"(?i)out of memory|\bOOM\b|OutOfMemory|cudaErrorMemoryAllocation|alloc(?:ate)? fail"),
+    Category.HOST_OOM: re.compile(r"(?i)out of memory|\bOOM\b|oom[-_ ]?kill|SIGKILL|signal 9|"
+                                  r"exit(?:ed)? (?:code|status) -?(?:137|9)\b|\bKilled\b|memory (?:usage|pressure)|"
+                                  r"low on memory"),
+    Category.NCCL_HANG: re.compile(r"(?i)timeout|timed out|watchdog|hang|stuck|no progress|stall"),
+    Category.NCCL_ERROR: re.compile(r"(?i)\bNCCL\b|\bNET/|ibv_|mlx5|connection (?:reset|refused|closed)|socket"),
+    Category.NODE_LOST: re.compile(r"(?i)node|raylet|heartbeat|marked dead|preempt"),
+    Category.GPU_HARDWARE: re.compile(r"(?i)\bXid\b|\bECC\b|fallen off the bus|uncorrectable|row remap|NVLink|"
+                                      r"device handle|GPU has fallen|PCIe"),
+    Category.DISK_FULL: re.compile(r"(?i)no space|disk (?:quota|full)|ENOSPC|errno 28|/dev/shm|quota exceeded"),
+    Category.IDLE_GPU: re.compile(r"(?i)idle|utili[sz]ation"),
+    Category.USER_ERROR: re.compile(r"(?i)Error\b|Exception\b|Traceback|invalid|not found|unexpected|assert"),
+}
+
+LLM_ONLY_CONFIDENCE_CAP = 0.5
+
+
+@dataclass(frozen=True)
+class Decision:
+    category: Category
+    confidence: float
+    llm_category: Category
+    accepted: bool  # the LLM's category (and so its prose) stands
+    note: str
+
+
+def decide(verdict: Classification, llm_category: Category | str, llm_confidence: float, cited: list[str],
+           rules: RuleSet, *, detected: bool = False) -> Decision:
+    """The category of the report, given the deterministic verdict and the LLM's proposal with the texts of
+    the lines it cites (only lines that exist in the bundle). `detected`: the verdict comes from a detector
+    that saw the fault itself (Ray's node state, DCGM metrics), which no reading of logs overrules."""
+    try:
+        proposed = Category(llm_category)
+    except ValueError:
+        return Decision(verdict.category, verdict.confidence, Category.UNKNOWN, False,
+                        f"the LLM proposed {str(llm_category)[:40]!r}, which is not a category; the rule engine's "
+                        f"{verdict.category.value} stands")
+    if proposed is verdict.category:
+        return Decision(verdict.category, verdict.confidence, proposed, True,
+                        f"the LLM agrees with the rule engine: {proposed.value}")
+    strength = tier(verdict)
+    if detected:
+        return Decision(verdict.category, verdict.confidence, proposed, False,
+                        f"the LLM proposed {proposed.value}; rejected: {verdict.category.value} was observed directly "
+                        f"({verdict.reason}), not read from logs")
+    if strength >= 2:
+        line = verdict.evidence[0] if verdict.evidence else None
+        shown = f" ({line[0]}:{line[1]}: {line[2][:160]})" if line else ""
+        return Decision(verdict.category, verdict.confidence, proposed, False,
+                        f"the LLM proposed {proposed.value}; rejected: the failure signature {verdict.reason}{shown} "
+                        f"shows {verdict.category.value}, and the LLM's reading does not overrule a matched signature")
+    supporting = [t for t in cited if _shows(proposed, t, rules)]
+    if proposed is Category.UNKNOWN:
+        return Decision(verdict.category, verdict.confidence, proposed, False,
+                        f"the LLM found no clear cause; the rule engine's {verdict.category.value} (from warnings "
+                        "only) stands, with its low confidence")
+    if not supporting:
+        why = "cites no evidence line" if not cited else f"cites no line that shows {proposed.value}"
+        return Decision(verdict.category, verdict.confidence, proposed, False,
+                        f"the LLM proposed {proposed.value}; rejected: it {why}")
+    confidence = round(min(LLM_ONLY_CONFIDENCE_CAP, max(0.0, llm_confidence)), 2)
+    basis = "no failure signature matched" if strength == 0 else f"only warnings matched ({verdict.reason})"
+    return Decision(proposed, confidence, proposed, True,
+                    f"the LLM's {proposed.value} was accepted because {basis} and {len(supporting)} cited line(s) "
+                    f"show it; confidence capped at {LLM_ONLY_CONFIDENCE_CAP}")
+
+
+def _shows(category: Category, text: str, rules: RuleSet) -> bool:
+    if any(rule.category is category for rule in rules.match(text[:4096])):
+        return True
+    pattern = SUPPORT.get(category)
+    return bool(pattern and pattern.search(text[:4096]))

@@ -1,0 +1,123 @@
+"""The report service over a real SQLite store and a job folder: it reads the job's logs and spec, stores
+the report, writes it next to the job, serves it over the API, and keeps going after a bad incident."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from argus.api.app import create_app
+from argus.notify.webhook import incident_payload
+from argus.reports import ReportService
+from argus.store.store import Store
+from core.settings import load_settings
+from core.types import Category, Evidence, Finding, Severity, Subject, SubjectKind
+from detectors.engine import load_rules
+from rca.engine import RcaEngine
+from rca.redact import Redactor
+from tests.helpers import wait_until
+
+SID = "sft-20260501T120000Z-ab12"
+SECRET = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = Store(f"sqlite:///{tmp_path / 'argus.db'}")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def shared(tmp_path: Path) -> Path:
+    job = tmp_path / "shared" / "jobs" / SID
+    for sub in ("config", "logs", "checkpoints/global_step_40"):
+        (job / sub).mkdir(parents=True)
+    (job / "config" / "jobspec.yaml").write_text(
+        f"name: sft\nentrypoint: python train.py\nnnodes: 1\ngpus_per_node: 8\nowner: alice\nenv: {{HF_TOKEN: {SECRET}}}\n")
+    (job / "logs" / "driver.log").write_text(
+        "2026-05-01 11:59:00,000 INFO step:41 - loss:0.3\n"
+        f"2026-05-01 11:59:01,000 INFO logged in with token {SECRET}\n"
+        "2026-05-01 11:59:58,000 ERROR torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    return tmp_path / "shared"
+
+
+def open_incident(store: Store) -> str:
+    finding = Finding(category=Category.UNKNOWN, reason="JobFailed", subject=Subject(kind=SubjectKind.JOB, id=SID),
+                      summary=f"job {SID} failed", severity=Severity.CRITICAL,
+                      evidence=(Evidence(source="ray.jobs", text="status=FAILED"),),
+                      first_seen=datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc), attrs={"submission_id": SID})
+    incident, _ = store.record_finding(finding)
+    return incident.id
+
+
+def service(store: Store, shared: Path) -> ReportService:
+    return ReportService(store, RcaEngine(load_rules([]), Redactor), shared)
+
+
+def test_a_report_is_stored_written_next_to_the_job_and_served(store: Store, shared: Path) -> None:
+    incident_id = open_incident(store)
+    [report] = service(store, shared).write(incident_id)
+    assert report.category is Category.GPU_OOM and report.id.startswith("rep")
+    written = shared / "jobs" / SID / "rca" / f"{incident_id}.md"
+    assert written.read_text() == report.markdown
+    assert (shared / "jobs" / SID / "rca" / f"{incident_id}.json").is_file()
+    assert SECRET not in report.markdown and SECRET not in written.read_text()
+    assert "owner alice" in report.markdown and report.data["impact"]["gpus"] == 8
+
+    _, token = store.create_token("reader", "viewer", created_by="tests")
+    api = TestClient(create_app(store=store), headers={"Authorization": f"Bearer {token}"})
+    as_json = api.get(f"/v1/incidents/{incident_id}/report")
+    assert as_json.status_code == 200 and as_json.json()["category"] == "gpu_oom"
+    as_md = api.get(f"/v1/incidents/{incident_id}/report", headers={"Accept": "text/markdown"})
+    assert as_md.headers["content-type"].startswith("text/markdown") and as_md.text == report.markdown
+    assert api.get(f"/v1/incidents/{incident_id}/report", params={"format": "markdown"}).text == report.markdown
+    assert api.get(f"/v1/incidents/{incident_id}/report", params={"format": "pdf"}).status_code == 422
+    assert api.get("/v1/incidents/inc-000000000000/report").status_code == 404
+    assert api.get(f"/v1/incidents/{'x' * 100}/report").status_code == 400
+    assert TestClient(create_app(store=store)).get(f"/v1/incidents/{incident_id}/report").status_code == 401
+
+
+def test_an_incident_without_a_report_yet_is_404_with_a_hint(store: Store) -> None:
+    incident_id = open_incident(store)
+    _, token = store.create_token("reader", "viewer", created_by="tests")
+    api = TestClient(create_app(store=store), headers={"Authorization": f"Bearer {token}"})
+    response = api.get(f"/v1/incidents/{incident_id}/report")
+    assert response.status_code == 404 and "retry" in response.json()["hint"]
+
+
+def test_the_worker_writes_queued_reports_and_survives_a_bad_one(store: Store, shared: Path) -> None:
+    reports = service(store, shared)
+    reports.start()
+    try:
+        reports.submit("inc-doesnotexist")  # fails inside the worker, logged
+        good = open_incident(store)
+        reports.submit(good)
+        reports.submit(good)  # queued once
+        wait_until("the report to be written", lambda: store.reports_for(good) and reports.idle(), timeout=30)
+        assert len(store.reports_for(good)) == 1
+    finally:
+        reports.stop()
+
+
+def test_without_a_job_folder_the_report_still_comes(store: Store, tmp_path: Path) -> None:
+    incident_id = open_incident(store)
+    [report] = service(store, tmp_path / "nowhere").write(incident_id)
+    assert report.category is Category.UNKNOWN and "## Summary" in report.markdown
+
+
+def test_notifications_link_the_report(store: Store) -> None:
+    incident = store.get_incident(open_incident(store))
+    body = incident_payload(incident, "opened", link=f"http://argus:8600/v1/incidents/{incident.id}")
+    assert body["report"] == f"http://argus:8600/v1/incidents/{incident.id}/report"
+
+
+def test_llm_settings_are_validated() -> None:
+    settings = load_settings(None, llm_base_url="http://127.0.0.1:8080/v1/", llm_api_key="s3cret")
+    assert settings.llm_base_url == "http://127.0.0.1:8080/v1"
+    assert "s3cret" not in settings.model_dump_json()
+    with pytest.raises(Exception, match="llm_method"):
+        load_settings(None, llm_method="telepathy")

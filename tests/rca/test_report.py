@@ -1,0 +1,189 @@
+"""Reports without an LLM: every section, the decision about an LLM's category, impact in GPU-hours, and
+log text that cannot turn into Markdown."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from markdown_it import MarkdownIt
+
+from core.types import (
+    Action,
+    ActionState,
+    Category,
+    Evidence,
+    Finding,
+    Incident,
+    IncidentState,
+    Severity,
+    Subject,
+    SubjectKind,
+)
+from detectors.engine import load_rules
+from rca.classify import Classification
+from rca.engine import RcaEngine
+from rca.evidence import LogSource
+from rca.llm import LlmAnalysis, LlmOutcome
+from rca.redact import Redactor
+from rca.verdict import decide
+
+RULES = load_rules([])
+T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
+SECTIONS = ("## Summary", "## Root cause", "## Evidence", "## Timeline", "## Impact", "## Recommended actions",
+            "## What Argus did", "## About this report")
+
+
+def incident(category: Category = Category.UNKNOWN, reason: str = "JobFailed", **attrs) -> Incident:
+    return Incident(id="inc-0000000000ab", fingerprint="f", category=category,
+                    subject=Subject(kind=SubjectKind.JOB, id="sft-7"), state=IncidentState.OPEN,
+                    severity=Severity.CRITICAL, summary="job sft-7 failed", reason=reason, first_seen=T0,
+                    last_seen=T0, detected_at=T0 + timedelta(minutes=3), attrs=attrs)
+
+
+def finding(reason: str, category: Category, text: str, confidence: float = 1.0) -> Finding:
+    return Finding(category=category, reason=reason, subject=Subject(kind=SubjectKind.NODE, id="n1", name="10.0.0.7"),
+                   summary=text, severity=Severity.CRITICAL, confidence=confidence,
+                   evidence=(Evidence(source="ray.state", text=text),), first_seen=T0)
+
+
+OOM_LOG = LogSource("rank3.log", [
+    "2026-05-01 11:59:50,000 INFO step:41 - actor/loss:0.31",
+    "2026-05-01 11:59:58,000 ERROR torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 "
+    "has a total capacity of 79.10 GiB",
+    "2026-05-01 12:00:30,000 [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=88, "
+    "OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
+])
+
+
+def engine(writer=None) -> RcaEngine:  # type: ignore[no-untyped-def]
+    return RcaEngine(RULES, Redactor, writer=writer)
+
+
+def test_a_deterministic_report_has_every_section_and_its_facts() -> None:
+    job = {"submission_id": "sft-7", "owner": "alice", "spec": {"nnodes": 2, "gpus_per_node": 8}}
+    action = Action(id="act-1", incident_id="inc-0000000000ab", kind="keep_scene",
+                    target=Subject(kind=SubjectKind.JOB, id="sft-7"), state=ActionState.SUCCEEDED,
+                    idempotency_key="k", requested_by="policy", reason="before stopping anything")
+    report = engine().report(incident(), [finding("JobFailed", Category.UNKNOWN, "job failed")], [OOM_LOG], job=job,
+                             actions=[action], last_checkpoint_at=T0 - timedelta(hours=1))
+    md = report.markdown
+    for section in SECTIONS:
+        assert section in md, section
+    assert report.category is Category.GPU_OOM and report.generator == "deterministic"
+    assert "Tried to allocate 2.00 GiB" in md and "rank3.log:2" in md
+    assert "step:41" in md  # the last progress line
+    assert "no LLM is configured" in md
+    assert "GPU-hours lost: 16.8" in md  # 16 GPUs x 1.05 h from the checkpoint to detection
+    assert "keep_scene" in md and "succeeded" in md
+    assert report.data["impact"]["gpus"] == 16 and report.data["rule"] == "CudaOutOfMemory"
+    assert report.data["evidence"][0]["text"].startswith("2026-05-01 11:59:58,000 ERROR torch.OutOfMemoryError")
+
+
+def test_an_observed_lost_node_beats_the_nccl_errors_it_caused() -> None:
+    nccl = LogSource("rank0.log", ["NCCL WARN socketProgress: Connection closed by remote peer 10.0.0.7<51159>",
+                                   "RuntimeError: NCCL communicator was aborted on rank 0."])
+    lost = finding("RayNodeDead", Category.NODE_LOST, "Ray node 10.0.0.7 died: health check failed")
+    report = engine().report(incident(Category.NODE_LOST, "RayNodeDead", node_ip="10.0.0.7"), [lost], [nccl])
+    assert report.category is Category.NODE_LOST
+    assert "read as its consequence" in report.markdown
+    # ... but an OOM in the logs says why the node died: the root-cause signature wins
+    oom = LogSource("raylet.out", ["Out of memory: Killed process 4242 (raylet) total-vm:123kB"])
+    report = engine().report(incident(Category.NODE_LOST, "RayNodeDead"), [lost], [oom, nccl])
+    assert report.category is Category.HOST_OOM
+
+
+def test_log_text_cannot_become_markdown() -> None:
+    hostile = LogSource("driver.log", [
+        "# Heading from a log", "[click me](http://evil.example/x) ![img](http://evil.example/i.png)",
+        "``` fence break", "<script>alert(1)</script>",
+        "RuntimeError: CUDA out of memory. `code` | table | *bold* _em_",
+    ])
+    md = engine().report(incident(), [finding("JobFailed", Category.UNKNOWN, "[x](http://evil.example)")],
+                         [hostile]).markdown
+    html = MarkdownIt("commonmark").enable("table").render(md)
+    assert "<a href" not in html and "<img" not in html and "<script" not in html
+    assert "<h1>Heading from a log" not in html
+    assert md.count("```") % 2 == 0  # fences stay balanced
+
+
+VERDICT = Classification(category=Category.GPU_OOM, reason="CudaOutOfMemory", summary="gpu_oom: ...",
+                         evidence=[("rank3.log", 2, "torch.OutOfMemoryError: CUDA out of memory")], confidence=0.95)
+
+
+def _strong(verdict: Classification) -> Classification:
+    match = next(RULES.scan(["torch.OutOfMemoryError: CUDA out of memory."], source="x"))
+    return replace(verdict, winner=match)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "llm", "cited", "detected", "category", "accepted", "note"),
+    [
+        (_strong(VERDICT), "gpu_oom", ["x"], False, Category.GPU_OOM, True, "agrees"),
+        (_strong(VERDICT), "nccl_error", ["NCCL WARN x"], False, Category.GPU_OOM, False, "does not overrule"),
+        (VERDICT, "nccl_hang", ["Watchdog timeout"], True, Category.GPU_OOM, False, "observed directly"),
+        (Classification(Category.UNKNOWN, None, "none"), "disk_full", ["OSError: [Errno 28] No space left on device"],
+         False, Category.DISK_FULL, True, "capped at 0.5"),
+        (Classification(Category.UNKNOWN, None, "none"), "gpu_hardware", [], False, Category.UNKNOWN, False,
+         "cites no evidence line"),
+        (Classification(Category.UNKNOWN, None, "none"), "gpu_hardware", ["step 12 loss 0.5"], False,
+         Category.UNKNOWN, False, "cites no line that shows gpu_hardware"),
+        (Classification(Category.UNKNOWN, None, "none"), "banana", ["x"], False, Category.UNKNOWN, False,
+         "not a category"),
+    ],
+)
+def test_whose_category_stands(verdict, llm, cited, detected, category, accepted, note) -> None:  # type: ignore[no-untyped-def]
+    decision = decide(verdict, llm, 0.9, cited, RULES, detected=detected)
+    assert decision.category is category and decision.accepted is accepted and note in decision.note
+    if accepted and verdict.category is Category.UNKNOWN:
+        assert decision.confidence <= 0.5
+
+
+class FixedWriter:
+    """An LLM stand-in for rendering tests only: the real server is exercised in test_llm_real.py."""
+
+    model = "fixed"
+
+    def __init__(self, analysis: LlmAnalysis | None, error: str | None = None) -> None:
+        self.analysis, self.error = analysis, error
+
+    def analyze(self, bundle):  # type: ignore[no-untyped-def]
+        ok = self.analysis is not None
+        return LlmOutcome(ok=ok, model=self.model, seconds=1.5, analysis=self.analysis, error=self.error)
+
+
+def test_an_overruled_llm_leaves_the_rule_engines_report_and_says_why() -> None:
+    wrong = LlmAnalysis(category="nccl_hang", summary="The collective hung.", root_cause="NCCL hang on rank 0.",
+                        timeline=[], next_steps=["Set NCCL_DEBUG=INFO"], evidence_refs=[2], confidence=0.9)
+    report = engine(FixedWriter(wrong)).report(incident(), [finding("JobFailed", Category.UNKNOWN, "x")], [OOM_LOG])
+    assert report.category is Category.GPU_OOM and report.generator == "deterministic"
+    assert "LLM review: the LLM proposed nccl_hang; rejected" in report.markdown
+    assert "NCCL_DEBUG" not in report.markdown
+    assert report.data["llm"] == {"model": "fixed", "ok": True, "seconds": 1.5, "error": None,
+                                  "category": "nccl_hang", "accepted": False, "note": report.data["llm"]["note"]}
+
+
+def test_an_agreeing_llm_writes_the_prose_and_its_citations_are_marked() -> None:
+    good = LlmAnalysis(category="gpu_oom", summary="Rank 3 ran out of GPU memory at step 42.",
+                       root_cause="A 2.00 GiB allocation failed on GPU 3; the other ranks then timed out.",
+                       timeline=[{"at": "11:59:58", "event": "rank 3 CUDA OOM"}], next_steps=["Halve the micro-batch"],
+                       evidence_refs=[1, 99], confidence=0.9)
+    report = engine(FixedWriter(good)).report(incident(), [finding("JobFailed", Category.UNKNOWN, "x")], [OOM_LOG])
+    assert report.generator == "llm:fixed" and report.category is Category.GPU_OOM
+    assert "Rank 3 ran out of GPU memory at step 42." in report.markdown
+    assert "(cited by the LLM)" in report.markdown and "Halve the micro" in report.markdown
+
+
+def test_a_failed_llm_gives_the_complete_deterministic_report() -> None:
+    report = engine(FixedWriter(None, error="ConnectError: connection refused")).report(
+        incident(), [finding("JobFailed", Category.UNKNOWN, "x")], [OOM_LOG])
+    assert report.generator == "deterministic" and report.category is Category.GPU_OOM
+    for section in SECTIONS:
+        assert section in report.markdown
+    assert "connection refused" in report.markdown
+
+
+def test_the_same_input_gives_the_same_report() -> None:
+    e = engine()
+    assert e.report(incident(), [], [OOM_LOG]).markdown == e.report(incident(), [], [OOM_LOG]).markdown
