@@ -37,7 +37,8 @@ def shared(tmp_path: Path) -> Path:
     for sub in ("config", "logs", "checkpoints/global_step_40"):
         (job / sub).mkdir(parents=True)
     (job / "config" / "jobspec.yaml").write_text(
-        f"name: sft\nentrypoint: python train.py\nnnodes: 1\ngpus_per_node: 8\nowner: alice\nenv: {{HF_TOKEN: {SECRET}}}\n")
+        "name: sft\nentrypoint: python train.py\nnnodes: 1\ngpus_per_node: 8\nowner: alice\n"
+        f"env: {{HF_TOKEN: {SECRET}}}\n")
     (job / "logs" / "driver.log").write_text(
         "2026-05-01 11:59:00,000 INFO step:41 - loss:0.3\n"
         f"2026-05-01 11:59:01,000 INFO logged in with token {SECRET}\n"
