@@ -109,8 +109,10 @@ def run_demo(*, work_dir: Path, keep: bool, console: Console) -> int:
             done = "monitoring up: Prometheus, Alertmanager, 2 DCGM simulators (4 GPUs each)"
             progress.update(step, description=done, total=1, completed=1)
 
+            llm = _start_llm(work_dir, progress)
             step = progress.add_task("starting Argus (loop every 1 s + API)", total=None)
-            argus = _ArgusUnderTest(work_dir / "argus", cluster.dashboard_url, prometheus.url, receiver.url + "/argus")
+            argus = _ArgusUnderTest(work_dir / "argus", cluster.dashboard_url, prometheus.url, receiver.url + "/argus",
+                                    llm_url=llm.base_url if llm else None, llm_model=llm.model if llm else None)
             argus.start()
             REGISTRY.add(argus)
             progress.update(step, description=f"Argus up: API at {argus.url}", total=1, completed=1)
@@ -137,9 +139,16 @@ def run_demo(*, work_dir: Path, keep: bool, console: Console) -> int:
             delivered = receiver.wait_for(lambda r: r["path"].endswith("/argus"), timeout=30)
             progress.update(step, description="incident detected and delivered", total=1, completed=1)
 
+            who = "the local LLM (a small model on 2 CPU cores: a minute or more)" if llm else "the rule engine"
+            step = progress.add_task(f"writing the root-cause report with {who}", total=None)
+            report = _wait("the incident's report", lambda: argus.final_report(incident.id, llm=llm is not None),
+                           timeout=600 if llm else 60, interval=1)
+            progress.update(step, description=f"report written ({report.generator})", total=1, completed=1)
+
         api_items = argus.get("/v1/incidents").json()["items"]
         incident = argus.store.get_incident(incident.id)
         _report(console, incident, killed_at, detected_wall, ray_verdict, delivered, api_items, argus, work_dir)
+        _show_report(console, report, argus, llm is not None)
         if keep:
             console.print(f"\nThe stack stays up (Argus API {argus.url}, Prometheus {prometheus.url}); Ctrl-C ends it.")
             while True:
@@ -193,6 +202,41 @@ def _report(console, incident, killed_at, detected_wall, ray_verdict, delivered,
                   f"(try: ARGUS_DATA_DIR={argus.settings.data_dir} .venv/bin/argus incidents list)")
 
 
+def _start_llm(work_dir: Path, progress: Progress):  # type: ignore[no-untyped-def]
+    """The local LLM that `make llm` installed, or None (reports are then the rule engine's)."""
+    from argus.localstack.llm import LlamaServer, llm_paths
+    from argus.localstack.process import REGISTRY
+
+    paths = llm_paths()
+    if not paths.present:
+        progress.add_task("no local LLM (run `make llm` for one): reports come from the rule engine", total=1,
+                          completed=1)
+        return None
+    step = progress.add_task("starting the local LLM (llama-server, Qwen2.5-Coder-1.5B)", total=None)
+    server = LlamaServer(work_dir / "llm", binary=paths.binary, model=paths.model)
+    REGISTRY.add(server)
+    server.start(timeout=300)
+    progress.update(step, description=f"local LLM up at {server.base_url}", total=1, completed=1)
+    return server
+
+
+def _show_report(console: Console, report, argus, llm: bool) -> None:  # type: ignore[no-untyped-def]
+    llm_line = ""
+    if report.data.get("llm"):
+        info = report.data["llm"]
+        llm_line = (f"\nLLM {info['model']}: {'kept' if info.get('accepted') else 'not used'} "
+                    f"({escape(_short(info.get('note') or info.get('error') or '', 200))}), {info['seconds']:.0f} s")
+    console.print(Panel(
+        f"[bold]{report.category.value}[/] (confidence {report.confidence:.2f}), written by {report.generator}"
+        f"{llm_line}\n\n{escape(_short(report.summary, 400))}\n\n"
+        f"Read it: GET {argus.url}/v1/incidents/{report.incident_id}/report?format=markdown, or "
+        f"ARGUS_DATA_DIR={argus.settings.data_dir} .venv/bin/argus incidents report {report.incident_id}",
+        title="the root-cause report",
+    ))
+    if not llm:
+        console.print("Run `make llm` once to have the local LLM write the narrative of the next demo's report.")
+
+
 def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -238,9 +282,11 @@ def _metric_counts(prometheus_url: str, expected: dict[str, int]) -> dict[str, i
 class _ArgusUnderTest:
     """Argus as `argus serve` runs it (store, loop, API), in this process so the demo can read its store."""
 
-    def __init__(self, data_dir: Path, dashboard_url: str, prometheus_url: str, webhook_url: str) -> None:
+    def __init__(self, data_dir: Path, dashboard_url: str, prometheus_url: str, webhook_url: str, *,
+                 llm_url: str | None = None, llm_model: str | None = None) -> None:
         from argus.localstack.ports import free_port
 
+        extra = {"llm_base_url": llm_url, "llm_model": llm_model, "llm_timeout_s": 600} if llm_url else {}
         self.settings = load_settings(
             data_dir=data_dir,
             ray_dashboard_url=dashboard_url,
@@ -248,6 +294,8 @@ class _ArgusUnderTest:
             webhook_urls=[webhook_url],
             poll_interval_s=1.0,
             api_port=free_port(),
+            shared_root=data_dir / "shared",
+            **extra,
         )
         self.url = f"http://{self.settings.api_host}:{self.settings.api_port}"
         self._server = None
@@ -259,7 +307,7 @@ class _ArgusUnderTest:
         from argus.api.app import create_app
         from argus.daemon import Daemon
         from argus.exporter import ArgusMetrics
-        from argus.wiring import build_pipeline, open_store
+        from argus.wiring import build_control, build_pipeline, build_reports, open_store
 
         self.store = open_store(self.settings)
         # The demo reads the API the way a client must: with a viewer token, revoked when the demo ends.
@@ -269,9 +317,13 @@ class _ArgusUnderTest:
             expires_at=datetime.now(timezone.utc) + timedelta(days=1),
         )
         metrics = ArgusMetrics()
-        pipeline = build_pipeline(self.settings, self.store, public_url=self.url, metrics=metrics)
+        self.reports = build_reports(self.settings, self.store)
+        self.reports.start()
+        pipeline = build_pipeline(self.settings, self.store, public_url=self.url, metrics=metrics,
+                                  reports=self.reports)
         self.daemon = Daemon(pipeline, interval_s=self.settings.poll_interval_s)
-        app = create_app(store=self.store, health_provider=pipeline.health, metrics=metrics)
+        app = create_app(store=self.store, health_provider=pipeline.health, metrics=metrics,
+                         control=build_control(self.settings, self.store))
         config = uvicorn.Config(app, host=self.settings.api_host, port=self.settings.api_port, log_config=None,
                                 log_level="warning")
         self._server = uvicorn.Server(config)
@@ -296,6 +348,13 @@ class _ArgusUnderTest:
                 return finding.first_seen
         return None
 
+    def final_report(self, incident_id: str, *, llm: bool):  # type: ignore[no-untyped-def]
+        """The incident's last report once the writer is done with it (after the LLM's pass, where there is one)."""
+        reports = self.store.reports_for(incident_id)
+        if not reports or not self.reports.idle() or (llm and len(reports) < 2):
+            return None
+        return reports[-1]
+
     def first_incident(self):
         from core.types import Category
 
@@ -305,6 +364,8 @@ class _ArgusUnderTest:
     def stop(self) -> None:
         if getattr(self, "daemon", None):
             self.daemon.stop()
+        if getattr(self, "reports", None):
+            self.reports.stop(timeout_s=5)
         if self._server is not None:
             self._server.should_exit = True
             if self._thread:

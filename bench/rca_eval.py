@@ -93,11 +93,14 @@ def llm_writer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     if args.llm_url:
         return LlmWriter(args.llm_url, args.llm_model, timeout_s=300, max_retries=0)
     from argus.localstack.llm import LlamaServer, llm_paths
+    from argus.localstack.process import REGISTRY, install_exit_handlers
 
+    install_exit_handlers()  # a killed benchmark must not leave its server behind
     paths = llm_paths()
     if not paths.present:
         raise SystemExit(f"no local LLM: {paths.problem}; run `make llm` or pass --llm-url")
     server = LlamaServer(Path(tempfile.mkdtemp(prefix="ag-llm-")), binary=paths.binary, model=paths.model)
+    REGISTRY.add(server)
     server.start(timeout=300)
     _SERVER.append(server)
     return LlmWriter(server.base_url, server.model, timeout_s=300, max_retries=0)
@@ -109,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=sorted(PREDICTORS), default="rules", help="which predictor to score")
     parser.add_argument("--json", action="store_true", help="print the scores as JSON")
     parser.add_argument("--limit", type=int, default=None, help="only the first N cases")
+    parser.add_argument("--every", type=int, default=1, help="every Nth case (a sample across all categories)")
     parser.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL (default: start llama-server)")
     parser.add_argument("--llm-model", default="qwen2.5-coder-1.5b", help="model name for --llm-url")
     args = parser.parse_args(argv)
@@ -118,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     except ArgusError as exc:
         console.print(f"[red]error:[/red] {exc.message}" + (f"\n[dim]{exc.hint}[/dim]" if exc.hint else ""))
         return 2
+    cases = cases[:: max(1, args.every)]
     cases = cases[: args.limit] if args.limit else cases
     try:
         predict = PREDICTORS[args.mode](args)

@@ -72,7 +72,7 @@ class LlmWriter:
         max_retries: int = 1,
         method: Method = "json_schema",
         temperature: float = 0.0,
-        max_tokens: int = 800,
+        max_tokens: int = 600,
         prompts: Path = PROMPTS,
     ) -> None:
         from langchain_openai import ChatOpenAI
