@@ -55,7 +55,7 @@ def serve(
     from argus.api.app import create_app
     from argus.daemon import Daemon
     from argus.exporter import ArgusMetrics
-    from argus.wiring import build_control, build_pipeline, build_reports, open_store
+    from argus.wiring import build_control, build_pipeline, build_remediator, build_reports, open_store
 
     settings = _settings(config, api_host=host, api_port=port)
     setup_logging(settings.log_level, settings.data_dir / "logs" / "argus.log")
@@ -64,14 +64,26 @@ def serve(
     metrics = ArgusMetrics()
     reports = build_reports(settings, store)
     reports.start()
-    pipeline = build_pipeline(settings, store, public_url=public, metrics=metrics, reports=reports)
     control = build_control(settings, store)
+    remediator = build_remediator(settings, store, control)
+    remediator.recover()  # steps a crash left running: finished, re-run when safe, or reported
+    pipeline = build_pipeline(settings, store, public_url=public, metrics=metrics, reports=reports,
+                              remediator=remediator)
     daemon = Daemon(pipeline, interval_s=settings.poll_interval_s,
-                    chores={"job timeouts": (control.jobs.enforce_timeouts, settings.job_timeout_check_s)})
+                    chores={"job timeouts": (control.jobs.enforce_timeouts, settings.job_timeout_check_s),
+                            "remediation": (remediator.run_pending, settings.remediation_interval_s)})
     daemon.start()
     try:
+        app = create_app(store=store, health_provider=pipeline.health, metrics=metrics, control=control,
+                         remediator=remediator)
+
+        def on_alert_incident(incident) -> None:  # incidents opened by Alertmanager get the same follow-up
+            reports.submit(incident.id)
+            remediator.plan(incident)
+
+        app.state.on_alert_incident = on_alert_incident
         uvicorn.run(
-            create_app(store=store, health_provider=pipeline.health, metrics=metrics, control=control),
+            app,
             host=settings.api_host,
             port=settings.api_port,
             log_config=None,  # uvicorn's records go through the loguru intercept set up above

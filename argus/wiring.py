@@ -26,6 +26,7 @@ from collectors.ray_logs import RayLogsCollector
 from collectors.ray_state import RayStateCollector
 from collectors.storage import SharedStorageCollector
 from control.jobs import JobController
+from control.local import LocalRunner
 from control.node_manager import NodeManager
 from core.ports import Collector, Detector, Notifier
 from core.settings import Settings
@@ -40,6 +41,9 @@ from detectors.stall import StallDetector
 from rca.engine import RcaEngine
 from rca.metrics import PrometheusMetricsReader
 from rca.redact import Redactor
+from remediation.actions import Context as ActionContext
+from remediation.policy import load_policy
+from remediation.runner import Remediator
 
 
 def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: ArgusMetrics) -> list[Collector]:
@@ -132,9 +136,19 @@ def build_reports(settings: Settings, store, **overrides) -> ReportService:  # t
     return ReportService(store, engine, settings.shared_root)
 
 
+def build_remediator(settings: Settings, store, control: ControlPlane) -> Remediator:  # type: ignore[no-untyped-def]
+    """The remediation runner over the control plane, with the policy from settings (checked at start)."""
+    policy = load_policy(settings.remediation_policy, mode=settings.remediation_mode)
+    ctx = ActionContext(jobs=control.jobs, registry=control.registry, nodes=control.manager,
+                        dashboard_url=settings.ray_dashboard_url, gcs_address=settings.ray_gcs_address,
+                        local=LocalRunner(), store=store, request_timeout_s=settings.request_timeout_s)
+    logger.info("remediation policy {} in mode {}", policy.source, policy.mode.value)
+    return Remediator(store, policy, ctx)
+
+
 def build_pipeline(
     settings: Settings, store, *, public_url: str | None = None, metrics: ArgusMetrics | None = None,
-    reports: ReportService | None = None, **overrides
+    reports: ReportService | None = None, remediator: Remediator | None = None, **overrides
 ) -> Pipeline:
     """The loop. `metrics` (also mounted at /metrics by the API) is kept up to date after every tick; each
     incident it opens is queued for a report when `reports` is given."""
@@ -145,9 +159,14 @@ def build_pipeline(
     def after_tick(result: TickResult) -> None:
         metrics.observe_tick(result, pipeline.sources)
         metrics.refresh_incidents(store)
-        if reports is not None:
-            for incident in result.opened:
+        for incident in result.opened:
+            if reports is not None:
                 reports.submit(incident.id)
+            if remediator is not None:
+                try:
+                    remediator.plan(incident)
+                except Exception as exc:  # noqa: BLE001 - planning must not break the loop; it is logged
+                    logger.opt(exception=exc).error("planning remediation for {} failed", incident.id)
 
     pipeline = Pipeline(
         collectors=overrides.get("collectors") or build_collectors(settings, metric_rules, metrics),

@@ -190,8 +190,10 @@ class JobController:
 
     # -- submit ------------------------------------------------------------------------------------
 
-    def submit(self, spec: JobSpec) -> JobRecord:
-        """Create the job's folder, snapshot the spec and the submit call, and submit it to Ray."""
+    def submit(self, spec: JobSpec, *, resume_from: Path | None = None) -> JobRecord:
+        """Create the job's folder, snapshot the spec and the submit call, and submit it to Ray.
+
+        `resume_from`: the checkpoint a resubmitted job resumes from, given to it as ARGUS_RESUME_FROM."""
         sid = spec.submission_id or self.new_submission_id(spec.name)
         job_dir = self.job_dir(sid)
         for path, what in ((spec.code_path, "code_path"), (spec.working_dir, "working_dir")):
@@ -212,7 +214,7 @@ class JobController:
         for sub in ("config", "logs", "checkpoints"):
             (job_dir / sub).mkdir()
 
-        call = self.submit_call(spec, sid, job_dir)
+        call = self.submit_call(spec, sid, job_dir, resume_from=resume_from)
         (job_dir / "config" / "jobspec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
         (job_dir / "config" / "submit.json").write_text(json.dumps(call, indent=2) + "\n", encoding="utf-8")
         try:
@@ -232,7 +234,8 @@ class JobController:
             workload=spec.workload,
         )
 
-    def submit_call(self, spec: JobSpec, submission_id: str, job_dir: Path) -> dict[str, Any]:
+    def submit_call(self, spec: JobSpec, submission_id: str, job_dir: Path, *,
+                    resume_from: Path | None = None) -> dict[str, Any]:
         """The keyword arguments of JobSubmissionClient.submit_job for `spec`: what submit.json records."""
         env = dict(spec.env)
         if spec.code_path is not None:
@@ -246,6 +249,8 @@ class JobController:
                 "ARGUS_RESUME": "1" if spec.resume else "0",
             }
         )
+        if resume_from is not None:
+            env["ARGUS_RESUME_FROM"] = str(resume_from)
         entrypoint = spec.entrypoint
         if spec.working_dir is not None:
             # Ray's runtime_env working_dir would upload a copy; on shared storage we run in place.

@@ -82,6 +82,13 @@ class Settings(BaseSettings):
     redact_ips: bool = Field(default=False, description="replace IP addresses by stable pseudonyms in reports")
     redact_users: list[str] = Field(default_factory=list, description="user names replaced by pseudonyms")
 
+    # remediation
+    remediation_policy: Path | None = Field(default=None, description="policy YAML; default: the built-in one")
+    remediation_mode: Literal["off", "dry-run", "approval", "auto"] | None = Field(
+        default=None, description="overrides the policy file's mode"
+    )
+    remediation_interval_s: float = Field(default=2.0, gt=0, le=600, description="how often approved steps run")
+
     # who is told
     webhook_urls: list[str] = Field(default_factory=list, description="generic JSON webhooks for incidents")
 

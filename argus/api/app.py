@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 
 from argus import __version__
-from argus.api import errors, health, incidents, jobs, nodes, ops
+from argus.api import actions, alerts, errors, health, incidents, jobs, nodes, ops
 from argus.api.auth import install_audit, require
 from argus.api.limits import MAX_BODY_BYTES, BodyLimit
 from argus.control_plane import ControlPlane
@@ -22,6 +22,7 @@ def create_app(
     health_provider: Callable[[], dict[str, Any]] | None = None,
     metrics: ArgusMetrics | None = None,
     control: ControlPlane | None = None,
+    remediator: Any = None,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
     """The API. Without `control` the job, node and ops routes answer 503 (NotConfigured)."""
@@ -33,6 +34,7 @@ def create_app(
     app.state.store = store
     app.state.health = health_provider
     app.state.control = control
+    app.state.remediator = remediator  # remediation.runner.Remediator; None: its routes answer 503
     errors.install(app)
     install_audit(app)
     # Health and /metrics are open (liveness probes, Prometheus scrapes; see argus/api/auth.py).
@@ -42,6 +44,8 @@ def create_app(
     app.include_router(jobs.router)
     app.include_router(nodes.router)
     app.include_router(ops.router)
+    app.include_router(actions.router)
+    app.include_router(alerts.router)
     if metrics is not None:
         app.include_router(metrics_router(metrics))
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # added last: the outermost of ours

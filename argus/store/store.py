@@ -13,6 +13,7 @@ import json
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -28,6 +29,7 @@ from argus.store.models import (
     ActionRow,
     ApiTokenRow,
     AuditRow,
+    DeliveryRow,
     FindingRow,
     IncidentRow,
     ReportRow,
@@ -45,7 +47,7 @@ from argus.store.tokens import (
     prefix_of,
     valid_name,
 )
-from core.errors import InputError, NotFound, StoreError
+from core.errors import Conflict, InputError, NotFound, StoreError
 from core.types import (
     Action,
     ActionState,
@@ -356,6 +358,25 @@ class Store:
             row.updated_at = self._clock()
             return _action(_saved(s, row))
 
+    def transition_action(
+        self, action_id: str, from_states: tuple[ActionState, ...], to_state: ActionState,
+        result: dict[str, Any] | None = None,
+    ) -> Action:
+        """Move an action only if it is still in one of `from_states` (a compare-and-set under a row lock), so of
+        two runners claiming one action exactly one wins; Conflict for the other."""
+        with self._session("moving an action") as s:
+            row = self._action_row(s, action_id, for_update=True)
+            if row.state not in {state.value for state in from_states}:
+                raise Conflict(
+                    f"action {action_id} is {row.state}, not {' or '.join(x.value for x in from_states)}",
+                    hint="another runner or person changed it first; read it again",
+                )
+            row.state = to_state.value
+            if result is not None:
+                row.result = _jsonable(result)
+            row.updated_at = self._clock()
+            return _action(_saved(s, row))
+
     def list_actions(self, incident_id: str | None = None) -> list[Action]:
         """Actions, oldest first; only those of `incident_id` when given."""
         query = select(ActionRow).order_by(ActionRow.created_at, ActionRow.id)
@@ -507,6 +528,40 @@ class Store:
         query = query.order_by(AuditRow.at.desc(), AuditRow.id.desc()).limit(limit)
         with self._session("reading the audit log") as s:
             return [_audit(row) for row in s.scalars(query)]
+
+    # ---- notification deliveries (append only) --------------------------------------------------------
+
+    def record_delivery(
+        self, *, key: str, incident_id: str | None, event: str, channel: str, ok: bool, attempts: int,
+        status: int | None = None, error: str | None = None, detail: dict[str, Any] | None = None,
+    ) -> DeliveryRecord:
+        """Append one attempt to tell `channel` about `event` of an incident (argus.notify.dispatcher)."""
+        if not key or len(key) > 255:
+            raise InputError(f"delivery key of {len(key)} characters", hint="keys are 1 to 255 characters")
+        row = DeliveryRow(
+            key=key, incident_id=incident_id, event=event[:32], channel=channel[:64], ok=ok, attempts=attempts,
+            status=status, error=error[:2000] if error else None, at=self._clock(), detail=_jsonable(detail or {}),
+        )
+        with self._session("recording a notification delivery") as s:
+            s.add(row)
+            return _delivery(_saved(s, row))
+
+    def delivery_sent(self, key: str) -> bool:
+        """Whether a delivery with `key` succeeded: the dispatcher's dedup, which survives a restart."""
+        with self._session("checking a notification delivery") as s:
+            query = select(DeliveryRow.id).where(DeliveryRow.key == key).where(DeliveryRow.ok.is_(True)).limit(1)
+            return s.scalars(query).first() is not None
+
+    def list_deliveries(self, incident_id: str | None = None, limit: int = 100) -> list[DeliveryRecord]:
+        """Delivery attempts, newest first; only those about `incident_id` when given."""
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InputError(f"limit {limit} is out of range", hint=f"use 1 to {MAX_LIST_LIMIT}")
+        query = select(DeliveryRow)
+        if incident_id is not None:
+            query = query.where(DeliveryRow.incident_id == incident_id)
+        query = query.order_by(DeliveryRow.at.desc(), DeliveryRow.id.desc()).limit(limit)
+        with self._session("listing notification deliveries") as s:
+            return [_delivery(row) for row in s.scalars(query)]
 
 # ---- conversions between rows and core.types ----------------------------------------------------------
 
@@ -685,4 +740,28 @@ def _audit(row: AuditRow) -> AuditRecord:
     return AuditRecord(
         id=row.id, at=row.at, actor=row.actor, role=row.role, method=row.method, path=row.path,
         target=row.target, status=row.status, outcome=row.outcome, detail=row.detail,
+    )
+
+
+@dataclass(frozen=True)
+class DeliveryRecord:
+    """One notification delivery attempt as stored."""
+
+    id: int
+    key: str
+    incident_id: str | None
+    event: str
+    channel: str
+    ok: bool
+    attempts: int
+    status: int | None
+    error: str | None
+    at: datetime
+    detail: dict[str, Any]
+
+
+def _delivery(row: DeliveryRow) -> DeliveryRecord:
+    return DeliveryRecord(
+        id=row.id, key=row.key, incident_id=row.incident_id, event=row.event, channel=row.channel, ok=row.ok,
+        attempts=row.attempts, status=row.status, error=row.error, at=row.at, detail=row.detail,
     )

@@ -29,6 +29,13 @@ ROLES = (Role.VIEWER, Role.OPERATOR, Role.AGENT, Role.ADMIN)
 ROUTE_ROLES: dict[str, Role] = {
     "GET /v1/incidents": Role.VIEWER,
     "GET /v1/incidents/{incident_id}": Role.VIEWER,
+    "GET /v1/incidents/{incident_id}/report": Role.VIEWER,
+    "POST /v1/incidents/{incident_id}/actions": Role.OPERATOR,
+    "GET /v1/actions": Role.VIEWER,
+    "GET /v1/actions/{action_id}": Role.VIEWER,
+    "POST /v1/actions/{action_id}:approve": Role.OPERATOR,
+    "POST /v1/actions/{action_id}:reject": Role.OPERATOR,
+    "POST /v1/alerts/alertmanager": Role.OPERATOR,
     "POST /v1/jobs": Role.OPERATOR,
     "GET /v1/jobs": Role.VIEWER,
     "GET /v1/jobs/{submission_id}": Role.VIEWER,
@@ -46,7 +53,8 @@ ROUTE_ROLES: dict[str, Role] = {
     "POST /v1/ops/cleanup_job_artifacts": Role.OPERATOR,
 }
 OPEN_ROUTES = {"GET /v1/health", "GET /metrics"}
-PARAMS = {"{incident_id}": "inc-000000000000", "{submission_id}": "ghost-1", "{name}": "ghost"}
+PARAMS = {"{incident_id}": "inc-000000000000", "{submission_id}": "ghost-1", "{name}": "ghost",
+          "{action_id}": "act-000000000000"}
 
 
 class Env:
@@ -96,6 +104,10 @@ def bodies(env: Env) -> dict[str, Any]:
         "POST /v1/jobs/{submission_id}/stop": {"reason": "test"},
         "POST /v1/nodes": env.node_body(name="matrix-node"),
         "POST /v1/ops/cleanup_job_artifacts": {"submission_id": "ghost-1", "keep_last": 1},
+        "POST /v1/incidents/{incident_id}/actions": {"plan": "policy"},
+        "POST /v1/actions/{action_id}:reject": {"reason": "test"},
+        "POST /v1/alerts/alertmanager": {"version": "4", "status": "firing", "alerts": [
+            {"status": "resolved", "labels": {"alertname": "X"}, "startsAt": "2026-01-01T00:00:00Z"}]},
         **{f"POST /v1/nodes/{{name}}/{step}": {"reason": "test"} for step in
            ("join", "drain", "undrain", "offline", "reset")},
     }

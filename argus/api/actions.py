@@ -1,0 +1,120 @@
+"""Remediation through the API: list actions, propose a plan for an incident, approve or reject a step.
+
+Operators (and admins) may propose and approve any step. The ops agent may propose and approve only the
+kinds the policy lists in `guards.agent_may_approve`; anything else it proposes waits for an operator.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Depends, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from argus.api.auth import Principal, require
+from argus.store.tokens import Role
+from core.errors import Conflict, InputError, NotConfigured
+from core.types import Action, ActionState
+from remediation.policy import Mode, Step
+from remediation.runner import Remediator
+
+router = APIRouter(tags=["remediation"])
+ActionId = Annotated[str, Field(min_length=1, max_length=64)]
+
+
+def remediator(request: Request) -> Remediator:
+    found: Remediator | None = getattr(request.app.state, "remediator", None)
+    if found is None:
+        raise NotConfigured("remediation is not running in this Argus", hint="start it with `argus serve`")
+    return found
+
+
+class Proposal(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    plan: Literal["policy"] | None = Field(default=None, description="plan what the policy says for this incident")
+    steps: list[Step] | None = Field(default=None, min_length=1, max_length=10)
+
+
+class Rejection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=500)
+
+
+def action_json(action: Action) -> dict[str, Any]:
+    return action.model_dump(mode="json")
+
+
+def _check_id(action_id: str) -> str:
+    if len(action_id) > 64 or not action_id.replace("-", "").replace("_", "").isalnum():
+        raise InputError(f"{action_id[:70]!r} is not an action id", hint="ids look like act-0123456789ab")
+    return action_id
+
+
+@router.get("/v1/actions", dependencies=[Depends(require(Role.VIEWER))])
+def list_actions(
+    request: Request,
+    incident_id: Annotated[str | None, Query(max_length=64)] = None,
+    state: ActionState | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> dict[str, Any]:
+    items = request.app.state.store.list_actions(incident_id)
+    if state is not None:
+        items = [a for a in items if a.state is state]
+    return {"items": [action_json(a) for a in items[-limit:]]}
+
+
+@router.get("/v1/actions/{action_id}", dependencies=[Depends(require(Role.VIEWER))])
+def get_action(request: Request, action_id: str) -> dict[str, Any]:
+    return {"action": action_json(request.app.state.store.get_action(_check_id(action_id)))}
+
+
+@router.post("/v1/incidents/{incident_id}/actions", status_code=201)
+def propose(request: Request, incident_id: str, body: Annotated[Proposal, Body()],
+            who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
+    """Plan steps for the incident: the policy's (`{"plan": "policy"}`) or the ones given (`{"steps": [...]}`)."""
+    if (body.plan is None) == (body.steps is None):
+        raise InputError("give either plan: policy or steps", hint='e.g. {"steps": [{"action": "keep_scene"}]}')
+    rem = remediator(request)
+    if len(incident_id) > 64:
+        raise InputError("that is not an incident id", hint="ids look like inc-0123456789ab")
+    incident = request.app.state.store.get_incident(incident_id)
+    if rem.policy.mode is Mode.OFF:
+        raise Conflict("remediation is off in this Argus's policy", hint="set mode to dry-run, approval or auto")
+    agent = who.role is Role.AGENT
+    allowed = set(rem.policy.guards.agent_may_approve)
+    if agent and body.steps and any(s.action not in allowed for s in body.steps):
+        # the agent may ask; what it may not approve waits for an operator
+        mode = Mode.APPROVAL if rem.policy.mode is not Mode.DRY_RUN else Mode.DRY_RUN
+    elif rem.policy.mode is Mode.AUTO and not agent:
+        mode = Mode.AUTO
+    else:
+        mode = Mode.APPROVAL if rem.policy.mode is not Mode.DRY_RUN else Mode.DRY_RUN
+    planned = rem.plan(incident, steps=body.steps, requested_by=who.name, mode=mode if body.steps else None)
+    request.state.audit_detail = {"incident": incident_id, "planned": [a.id for a in planned]}
+    return {"items": [action_json(a) for a in planned]}
+
+
+@router.post("/v1/actions/{action_id}:approve")
+def approve(request: Request, action_id: str,
+            who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
+    rem = remediator(request)
+    action = request.app.state.store.get_action(_check_id(action_id))
+    if who.role is Role.AGENT and action.kind not in rem.policy.guards.agent_may_approve:
+        from argus.api.errors import Forbidden
+
+        raise Forbidden(f"the agent may not approve {action.kind}; the policy lets it approve: "
+                        f"{', '.join(rem.policy.guards.agent_may_approve) or 'nothing'}",
+                        hint="an operator approves this step")
+    approved = rem.approve(action_id, who=who.name)
+    request.state.audit_detail = {"kind": approved.kind, "incident": approved.incident_id}
+    return {"action": action_json(approved)}
+
+
+@router.post("/v1/actions/{action_id}:reject")
+def reject(request: Request, action_id: str, body: Annotated[Rejection, Body()],
+           who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
+    rejected = remediator(request).reject(_check_id(action_id), who=who.name, reason=body.reason)
+    request.state.audit_detail = {"kind": rejected.kind, "reason": body.reason}
+    return {"action": action_json(rejected)}

@@ -1,0 +1,171 @@
+"""Time to recover: a worker running a job's rank is killed; Argus (loop every 1 s, remediation in auto
+mode) detects the lost node, keeps the scene, drains the node and resubmits the job from its checkpoint.
+Prints, per run and as median/max: kill -> incident, kill -> resubmitted, kill -> new job RUNNING, kill ->
+the resumed job's first training step. A figure, not a test: the machine is shared.
+
+    .venv/bin/python bench/mttr.py [-n 3] [--ray-defaults]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+TRAIN = """
+import os, pathlib, time, ray
+ray.init()
+ckpt = pathlib.Path(os.environ["ARGUS_JOB_DIR"]) / "checkpoints"
+@ray.remote(num_cpus=0, resources={"worker": 0.01})
+class Rank:
+    def where(self):
+        return ray.get_runtime_context().get_node_id()
+    def step(self, i):
+        time.sleep(0.2)
+        return i
+rank = Rank.remote()
+print("RANK_NODE=" + ray.get(rank.where.remote()), flush=True)
+for i in range(100000):
+    ray.get(rank.step.remote(i))
+    if i % 5 == 0:
+        (ckpt / f"global_step_{i}").mkdir(exist_ok=True)
+    print(f"step:{i} - loss:0.1", flush=True)
+"""
+
+
+def wait(what: str, check, timeout: float = 180, interval: float = 0.2):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def one_run(cluster, work: Path, run: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    from argus.pipeline import Pipeline
+    from argus.store.store import Store
+    from collectors.ray_state import RayStateCollector
+    from control.jobs import JobController
+    from control.jobspec import JobSpec
+    from control.local import LocalRunner
+    from core.types import ActionState, Category
+    from detectors.lost_node import LostNodeDetector
+    from remediation.actions import Context
+    from remediation.policy import Mode, load_policy
+    from remediation.runner import Remediator
+
+    base = work / f"run{run}"
+    shared = base / "shared"
+    (shared / "code").mkdir(parents=True)
+    (shared / "code" / "train.py").write_text(TRAIN)
+    store = Store(f"sqlite:///{base / 'argus.db'}")
+    jobs = JobController(cluster.dashboard_url, shared)
+    policy = load_policy(mode=Mode.AUTO)
+    policy = policy.model_copy(update={"guards": policy.guards.model_copy(
+        update={"min_drain_interval_s": 0, "max_drained_share": 1.0})})
+    remediator = Remediator(store, policy, Context(jobs=jobs, registry=store.nodes(), nodes=None,
+                                                   dashboard_url=cluster.dashboard_url,
+                                                   gcs_address=cluster.gcs_address, local=LocalRunner(), store=store))
+    pipeline = Pipeline(collectors=[RayStateCollector(cluster.dashboard_url, timeout_s=10)],
+                        detectors=[LostNodeDetector(lookback_s=30)], store=store, notifiers=[])
+    sid = jobs.submit(JobSpec(name="mttr", entrypoint=f"{sys.executable} train.py", owner="bench",
+                              code_path=str(shared / "code"), working_dir=str(shared / "code"))).submission_id
+
+    def printed(s: str, key: str):  # type: ignore[no-untyped-def]
+        try:
+            log = jobs.logs(s)
+        except Exception:  # noqa: BLE001 - no driver yet
+            return None
+        return next((x.split("=", 1)[1] for x in log.splitlines() if x.startswith(key + "=")), None)
+
+    node = wait("the rank", lambda: printed(sid, "RANK_NODE"))
+    wait("a checkpoint", lambda: list((shared / "jobs" / sid / "checkpoints").glob("global_step_*")))
+    pipeline.run_once()
+    index = next(w.index for w in cluster.workers if w.node_id == node)
+    killed = time.time()
+    cluster.kill_worker(index)
+    times: dict[str, float] = {}
+    incident = None
+    new_sid = f"{sid}-r1"
+    while time.time() - killed < 240:
+        for opened in pipeline.run_once().opened:
+            if opened.category is Category.NODE_LOST and incident is None:
+                incident = opened
+                times["incident"] = time.time() - killed
+                remediator.plan(incident)
+        if incident is not None:
+            remediator.run_pending()
+            actions = store.list_actions(incident.id)
+            if "resubmitted" not in times and any(a.kind == "resubmit_job" and a.state is ActionState.SUCCEEDED
+                                                  for a in actions):
+                times["resubmitted"] = time.time() - killed
+        if "resubmitted" in times and "running" not in times:
+            try:
+                if jobs.get(new_sid).status == "RUNNING":
+                    times["running"] = time.time() - killed
+            except Exception:  # noqa: BLE001 - not there yet
+                pass
+        if "running" in times:
+            try:
+                if "step:" in jobs.logs(new_sid):
+                    times["first step"] = time.time() - killed
+                    break
+            except Exception:  # noqa: BLE001 - no driver log yet
+                pass
+        time.sleep(0.2)
+    for record in jobs.list():
+        if not record.ended:
+            jobs.stop(record.submission_id, reason="bench done")
+    cluster.restart_worker(index)
+    store.close()
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=3, help="runs")
+    parser.add_argument("--ray-defaults", action="store_true", help="Ray's default health check (3 s x 5)")
+    args = parser.parse_args()
+    from argus.localstack.process import REGISTRY, install_exit_handlers
+    from argus.localstack.ray_cluster import RayCluster
+
+    install_exit_handlers()
+    console = Console()
+    work = Path(tempfile.mkdtemp(prefix="ag-mttr-"))
+    cluster = RayCluster(work / "ray", fast_health_check=not args.ray_defaults, worker_gpus=4)
+    REGISTRY.add(cluster)
+    rows = []
+    try:
+        with console.status("starting a Ray head and two workers"):
+            cluster.start(timeout=180)
+        for run in range(args.n):
+            with console.status(f"run {run + 1}/{args.n}: kill, detect, remediate, resume"):
+                rows.append(one_run(cluster, work, run))
+    finally:
+        REGISTRY.stop_all()
+    keys = ["incident", "resubmitted", "running", "first step"]
+    table = Table(title=f"seconds after the kill ({'Ray defaults' if args.ray_defaults else 'fast health check'})")
+    table.add_column("run")
+    for key in keys:
+        table.add_column(key, justify="right")
+    for i, row in enumerate(rows, 1):
+        table.add_row(str(i), *(f"{row[k]:.1f}" if k in row else "-" for k in keys))
+    for name, fn in (("median", statistics.median), ("max", max)):
+        table.add_row(name, *(f"{fn([r[k] for r in rows if k in r]):.1f}" if any(k in r for r in rows) else "-"
+                              for k in keys))
+    console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

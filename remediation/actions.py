@@ -1,0 +1,409 @@
+"""The four remediation steps. Each takes the incident and returns an Outcome (succeeded, failed or skipped,
+with what it did); none raises for a failure of the cluster, and each is safe to run again:
+
+- keep_scene: what a person needs to debug, into `<shared>/jobs/<sid>/scene/<incident>/` with a manifest:
+  the incident and findings, Ray's view of the job (job, actors, tasks, placement groups), stack dumps of
+  the job's processes through the dashboard (py-spy; needs RAY_DASHBOARD_ENABLE_PROFILING=1 on the head),
+  the driver log tail, the spec and submit call, the node's Ray state, and its kernel log over SSH when
+  Argus manages the node.
+- drain_node: through the node manager when Argus manages the node; otherwise `ray drain-node` from this
+  host (a GCS request); a node Ray has already removed needs nothing.
+- resubmit_job: the job's spec under the deterministic id `<root>-r<n>`, resuming (verl:
+  `trainer.resume_mode=auto`; every job: ARGUS_RESUME=1 and ARGUS_RESUME_FROM=<latest checkpoint>). Ray
+  refuses a second job with one id, so a retried resubmit can never start the job twice. A job still
+  running (a hang) is stopped first. Drained nodes take no new work, so the new job lands elsewhere.
+- stop_job: stop the job (idle GPUs held past the grace period).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from loguru import logger
+
+from control import commands
+from control.artifacts import step_of
+from control.jobs import JobController
+from control.jobspec import SUBMISSION_ID_RE, JobSpec
+from control.node_manager import NodeManager
+from control.nodes import NodeRecord, NodeRegistry, NodeState
+from control.ssh import CommandRunner
+from core.errors import ArgusError, Conflict, NotFound
+from core.types import ActionState, Incident, SubjectKind, utcnow
+
+ACTOR = "argus-remediation"
+MAX_STACKS = 64
+KERNEL_LOG = ["sh", "-c", "dmesg -T 2>/dev/null | tail -n 300 || journalctl -k -n 300 --no-pager"]
+RAY_BIN = str(Path(sys.executable).parent / "ray")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: ActionState
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def done(message: str, **data: Any) -> Outcome:
+    return Outcome(ActionState.SUCCEEDED, message, data)
+
+
+def failed(message: str, **data: Any) -> Outcome:
+    return Outcome(ActionState.FAILED, message, data)
+
+
+def skipped(message: str, **data: Any) -> Outcome:
+    return Outcome(ActionState.SKIPPED, message, data)
+
+
+@dataclass
+class Context:
+    """The outside world the steps act on."""
+
+    jobs: JobController
+    registry: NodeRegistry
+    nodes: NodeManager | None
+    dashboard_url: str
+    gcs_address: str | None
+    local: CommandRunner
+    store: Any = None
+    clock: Callable[[], datetime] = utcnow
+    request_timeout_s: float = 10.0
+    stop_wait_s: float = 60.0
+
+    @property
+    def shared_root(self) -> Path:
+        return self.jobs.shared_root
+
+
+# -- targets ---------------------------------------------------------------------------------------------
+
+
+def jobs_of(incident: Incident) -> list[str]:
+    """Submission ids the incident is about: its job, or the jobs that had work on its node."""
+    found: list[str] = []
+    sid = incident.attrs.get("submission_id")
+    if incident.subject.kind is SubjectKind.JOB:
+        found.append(incident.subject.id)
+    if isinstance(sid, str):
+        found.append(sid)
+    for job in incident.attrs.get("jobs") or []:
+        if isinstance(job, dict) and isinstance(job.get("submission_id"), str):
+            found.append(job["submission_id"])
+    return [s for s in dict.fromkeys(found) if SUBMISSION_ID_RE.match(s)]
+
+
+def node_of(incident: Incident) -> tuple[str | None, str | None]:
+    """(Ray node id, node IP) the incident is about, when it names one."""
+    node_id = incident.subject.id if incident.subject.kind is SubjectKind.NODE else incident.attrs.get("node_id")
+    ip = incident.attrs.get("node_ip") or (incident.subject.name if incident.subject.kind is SubjectKind.NODE
+                                           else None)
+    return (node_id if isinstance(node_id, str) else None), (ip if isinstance(ip, str) else None)
+
+
+def registered_node(registry: NodeRegistry, node_id: str | None, ip: str | None) -> NodeRecord | None:
+    for record in registry.list():
+        spec = record.spec
+        if (node_id and record.ray_node_id == node_id) or (ip and ip in {spec.node_ip, spec.host}):
+            return record
+    return None
+
+
+# -- keep_scene --------------------------------------------------------------------------------------------
+
+
+def keep_scene(ctx: Context, incident: Incident, params: dict[str, Any], dry_run: bool) -> Outcome:
+    sids = [s for s in jobs_of(incident) if (ctx.shared_root / "jobs" / s).is_dir()]
+    folders = [ctx.shared_root / "jobs" / s / "scene" / incident.id for s in sids] or [
+        ctx.shared_root / "scene" / incident.id]
+    if dry_run:
+        return skipped(f"would keep the scene in {', '.join(map(str, folders))}", dry_run=True,
+                       folders=[str(f) for f in folders])
+    problems: list[str] = []
+    written: dict[str, list[str]] = {}
+    for folder, sid in zip(folders, sids or [None], strict=False):
+        scene = _Scene(folder)
+        scene.json("incident.json", {"incident": incident.model_dump(mode="json"),
+                                     "findings": [f.model_dump(mode="json") for f in _findings(ctx, incident)]})
+        if sid is not None:
+            _job_scene(ctx, scene, sid)
+        _node_scene(ctx, scene, incident)
+        scene.json("manifest.json", {"incident": incident.id, "job": sid, "kept_at": ctx.clock().isoformat(),
+                                     "files": scene.files, "problems": scene.problems})
+        written[str(folder)] = scene.files
+        problems += scene.problems
+    message = f"scene kept in {', '.join(written)} ({sum(len(v) for v in written.values())} files)"
+    if problems:
+        message += f"; could not get: {'; '.join(problems)[:600]}"
+    return done(message, folders=list(written), problems=problems)
+
+
+class _Scene:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.files: list[str] = []
+        self.problems: list[str] = []
+
+    def text(self, name: str, text: str) -> None:
+        path = self.folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        self.files.append(name)
+
+    def json(self, name: str, data: Any) -> None:
+        self.text(name, json.dumps(data, indent=2, default=str) + "\n")
+
+    def attempt(self, what: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - a part of the scene that cannot be had is noted, not fatal
+            self.problems.append(f"{what}: {getattr(exc, 'message', None) or exc}"[:300])
+            return None
+
+
+def _findings(ctx: Context, incident: Incident) -> list[Any]:
+    try:
+        return ctx.store.findings_for(incident.id) if ctx.store is not None else []
+    except ArgusError:
+        return []
+
+
+def ray_list(ctx: Context, fn: str, **kwargs: Any) -> list[dict[str, Any]]:
+    """`ray.util.state.<fn>` as plain dicts; SourceUnavailable when Ray does not answer."""
+    from collectors.ray_api import RayStateApi
+
+    api = RayStateApi(ctx.dashboard_url, ctx.request_timeout_s)
+    return [_plain(x) for x in api.call(fn, **kwargs)]
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else dict(obj)
+
+
+def _job_scene(ctx: Context, scene: _Scene, sid: str) -> None:
+    job_dir = ctx.shared_root / "jobs" / sid
+    info = scene.attempt("the job from Ray", lambda: ctx.jobs.client.get_job_info(sid))
+    job_id = getattr(info, "job_id", None)
+    if info is not None:
+        scene.json("ray/job.json", _plain(info) if not isinstance(info, dict) else info)
+    for name in ("jobspec.yaml", "submit.json", "status.json"):
+        source = job_dir / "config" / name
+        if source.is_file():
+            scene.text(f"config/{name}", source.read_text(encoding="utf-8", errors="replace"))
+    tail = scene.attempt("the driver log", lambda: ctx.jobs.tail(sid, 2000))
+    if tail:
+        scene.text("logs/driver-tail.log", tail)
+    if not job_id:
+        scene.problems.append("Ray's job id (the job is unknown to Ray): no actors, tasks or stacks")
+        return
+    actors = scene.attempt("actors", lambda: ray_list(ctx, "list_actors", filters=[("job_id", "=", job_id)],
+                                                    detail=True)) or []
+    scene.json("ray/actors.json", actors)
+    tasks = scene.attempt("tasks", lambda: ray_list(ctx, "list_tasks", filters=[("job_id", "=", job_id)])) or []
+    scene.json("ray/tasks.json", tasks[:2000])
+    groups = scene.attempt("placement groups", lambda: ray_list(ctx, "list_placement_groups", detail=True)) or []
+    scene.json("ray/placement_groups.json", [g for g in groups if g.get("creator_job_id") == job_id])
+    targets = [(a.get("class_name") or "actor", a.get("pid"), a.get("node_id")) for a in actors
+               if a.get("state") == "ALIVE" and a.get("pid")]
+    driver = getattr(info, "driver_info", None)
+    if driver is not None and getattr(driver, "pid", None):
+        targets.insert(0, ("driver", int(driver.pid), getattr(driver, "node_id", None) or info.driver_node_id))
+    for label, pid, node_id in targets[:MAX_STACKS]:
+        stack = scene.attempt(f"stack of {label} pid {pid}", lambda p=pid, n=node_id: _traceback(ctx, p, n))
+        if stack is not None:
+            scene.text(f"stacks/{_safe(label)}-{pid}.txt", stack)
+
+
+def _traceback(ctx: Context, pid: int, node_id: str | None) -> str:
+    params = {"pid": str(pid), "node_id": node_id or "", "native": "0"}
+    response = httpx.get(f"{ctx.dashboard_url}/worker/traceback", params=params, timeout=30)
+    if response.status_code != 200:
+        hint = " (set RAY_DASHBOARD_ENABLE_PROFILING=1 on the head)" if "PROFILING" in response.text else ""
+        raise RuntimeError(f"HTTP {response.status_code}: {response.text.strip()[:200]}{hint}")
+    return response.text
+
+
+def _node_scene(ctx: Context, scene: _Scene, incident: Incident) -> None:
+    node_id, ip = node_of(incident)
+    if not node_id and not ip:
+        return
+    nodes = scene.attempt("Ray's node list", lambda: ray_list(ctx, "list_nodes", detail=True)) or []
+    mine = [n for n in nodes if n.get("node_id") == node_id or (ip and n.get("node_ip") == ip)]
+    scene.json("node/ray_node.json", mine)
+    record = registered_node(ctx.registry, node_id, ip)
+    if record is None or ctx.nodes is None:
+        scene.problems.append("kernel log: the node is not managed by Argus (no SSH access)")
+        return
+    outcome = scene.attempt("kernel log over SSH", lambda: ctx.nodes.runner_factory(record.spec).run(KERNEL_LOG,
+                                                                                                      timeout_s=30))
+    if outcome is not None:
+        scene.text("node/kernel.log", outcome.stdout if outcome.ok else outcome.describe())
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:60]
+
+
+# -- drain_node ----------------------------------------------------------------------------------------------
+
+
+def drain_node(ctx: Context, incident: Incident, params: dict[str, Any], dry_run: bool) -> Outcome:
+    node_id, ip = node_of(incident)
+    if not node_id and not ip:
+        return skipped("the incident names no node to drain")
+    record = registered_node(ctx.registry, node_id, ip)
+    reason = f"incident {incident.id} {incident.category.value}"
+    who = record.name if record else (ip or node_id)
+    if dry_run:
+        return skipped(f"would drain node {who}", dry_run=True)
+    if record is not None and ctx.nodes is not None:
+        if record.state in (NodeState.DRAINING, NodeState.OFFLINE):
+            return done(f"node {record.name} is already {record.state.value}")
+        if record.state is not NodeState.ONLINE:
+            return skipped(f"node {record.name} is {record.state.value}: nothing runs there to drain")
+        outcome = ctx.nodes.drain(record.name, actor=ACTOR, reason=reason)
+        return (done if outcome.ok else failed)(outcome.message, node=record.name, state=outcome.state.value)
+    alive = [n for n in ray_list(ctx, "list_nodes", detail=True)
+             if n.get("state") == "ALIVE" and (n.get("node_id") == node_id or (ip and n.get("node_ip") == ip))]
+    if not alive:
+        return done(f"Ray no longer lists node {who} alive: no work can be scheduled there", node=who)
+    if not ctx.gcs_address:
+        return failed(f"node {who} is alive in Ray but Argus has no GCS address to drain it",
+                      hint="set ray_gcs_address")
+    argv = commands.drain(ctx.gcs_address, alive[0]["node_id"], commands.check_message(f"argus: {reason}"[:200]),
+                          ray_bin=RAY_BIN)
+    result = ctx.local.run(argv)
+    if not result.ok:
+        return failed(f"ray drain-node for {who} failed: {result.describe()}")
+    return done(f"Ray accepted the drain of node {who} ({alive[0]['node_id'][:12]})", node=who)
+
+
+# -- resubmit_job --------------------------------------------------------------------------------------------
+
+
+def chain_of(job_dir: Path, sid: str) -> tuple[str, int]:
+    """(the first job of the chain of resubmissions `sid` belongs to, the attempt number of `sid`)."""
+    try:
+        info = json.loads((job_dir / "config" / "resubmit.json").read_text(encoding="utf-8"))
+        return str(info["root"]), int(info["attempt"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return sid, 0
+
+
+def resubmit_job(ctx: Context, incident: Incident, params: dict[str, Any], dry_run: bool) -> Outcome:
+    results: list[dict[str, Any]] = []
+    for sid in jobs_of(incident):
+        results.append(_resubmit_one(ctx, incident, sid, dry_run))
+    if not results:
+        return skipped("the incident names no job to resubmit")
+    submitted = [r for r in results if r["state"] == "submitted"]
+    problems = [r for r in results if r["state"] == "failed"]
+    summary = "; ".join(r["message"] for r in results)
+    if dry_run:
+        return skipped(summary, dry_run=True, jobs=results)
+    if problems:
+        return failed(summary, jobs=results)
+    return (done if submitted or all(r["state"] == "exists" for r in results) else skipped)(summary, jobs=results)
+
+
+def next_submission_id(root: str, attempt: int) -> str:
+    return f"{root[:56]}-r{attempt}"
+
+
+def _resubmit_one(ctx: Context, incident: Incident, sid: str, dry_run: bool) -> dict[str, Any]:
+    job_dir = ctx.shared_root / "jobs" / sid
+    spec_file = job_dir / "config" / "jobspec.yaml"
+    if not spec_file.is_file():
+        return {"job": sid, "state": "skipped", "message": f"job {sid} was not submitted through Argus: no spec"}
+    spec = JobSpec.load(spec_file)
+    root, attempt = chain_of(job_dir, sid)
+    new_sid = next_submission_id(root, attempt + 1)
+    entry = spec.entrypoint
+    if "verl" in entry and "resume_mode" not in entry:
+        entry = f"{entry} trainer.resume_mode=auto"
+    checkpoint = _latest_checkpoint(job_dir)
+    if dry_run:
+        return {"job": sid, "state": "would", "new": new_sid,
+                "message": f"would resubmit {sid} as {new_sid}" + (f" from {checkpoint.name}" if checkpoint else "")}
+    try:
+        record = ctx.jobs.get(sid)
+    except NotFound:
+        record = None
+    if record is not None and not record.ended:
+        ctx.jobs.stop(sid, reason=f"resubmitting as {new_sid} (incident {incident.id})")
+        deadline = time.monotonic() + ctx.stop_wait_s
+        while not ctx.jobs.get(sid).ended and time.monotonic() < deadline:
+            time.sleep(0.5)
+    new = spec.model_copy(update={"submission_id": new_sid, "resume": True, "entrypoint": entry})
+    for _ in range(2):
+        try:
+            ctx.jobs.submit(new, resume_from=checkpoint)
+            break
+        except Conflict:
+            # A retry after a crash. If Ray has the job, this attempt happened: never a second one. If only
+            # the folder exists, the crash came between making it and Ray's answer: it is ours, and empty.
+            try:
+                ctx.jobs.get(new_sid)
+            except NotFound:
+                shutil.rmtree(ctx.shared_root / "jobs" / new_sid, ignore_errors=True)
+                continue
+            return {"job": sid, "state": "exists", "new": new_sid, "message": f"{new_sid} was already submitted"}
+        except ArgusError as exc:
+            return {"job": sid, "state": "failed", "new": new_sid,
+                    "message": f"resubmitting {sid} failed: {exc.message}"}
+    marker = {"of": sid, "root": root, "attempt": attempt + 1, "incident": incident.id,
+              "checkpoint": str(checkpoint) if checkpoint else None, "at": ctx.clock().isoformat()}
+    (ctx.shared_root / "jobs" / new_sid / "config" / "resubmit.json").write_text(json.dumps(marker, indent=2) + "\n")
+    logger.bind(incident=incident.id).info("resubmitted {} as {} (attempt {})", sid, new_sid, attempt + 1)
+    return {"job": sid, "state": "submitted", "new": new_sid, "attempt": attempt + 1,
+            "message": f"resubmitted {sid} as {new_sid}" + (f" from {checkpoint.name}" if checkpoint else "")}
+
+
+def _latest_checkpoint(job_dir: Path) -> Path | None:
+    folder = job_dir / "checkpoints"
+    try:
+        steps = [(step_of(p.name), p) for p in folder.iterdir()]
+    except OSError:
+        return None
+    steps = [(n, p) for n, p in steps if n is not None]
+    return max(steps)[1] if steps else None
+
+
+# -- stop_job ------------------------------------------------------------------------------------------------
+
+
+def stop_job(ctx: Context, incident: Incident, params: dict[str, Any], dry_run: bool) -> Outcome:
+    sids = jobs_of(incident)
+    if not sids:
+        return skipped("the incident names no job to stop")
+    if dry_run:
+        return skipped(f"would stop {', '.join(sids)}", dry_run=True)
+    messages = []
+    for sid in sids:
+        try:
+            record = ctx.jobs.stop(sid, reason=f"incident {incident.id}: {incident.category.value}")
+        except NotFound:
+            messages.append(f"{sid}: unknown to Ray")
+            continue
+        messages.append(f"{sid}: {record.message}")
+    return done("; ".join(messages))
+
+
+STEPS: dict[str, Callable[[Context, Incident, dict[str, Any], bool], Outcome]] = {
+    "keep_scene": keep_scene,
+    "drain_node": drain_node,
+    "resubmit_job": resubmit_job,
+    "stop_job": stop_job,
+}

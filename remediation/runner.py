@@ -1,0 +1,248 @@
+"""The remediation runner: plans steps for incidents, runs approved ones within the guards, and recovers
+after a crash without repeating anything.
+
+An action's life: planned -> approved -> running -> succeeded / failed / skipped (or planned -> rejected).
+In dry-run mode steps are planned and then run as dry runs (skipped, saying what they would do); in
+approval mode a person or the agent approves each; in auto mode they are approved when planned. Each step
+has an idempotency key `<incident>:<source>:<n>:<kind>`, so planning twice plans once.
+
+Running is claimed with a compare-and-set (approved -> running) in the store, so two runners never run one
+step. Steps of one incident run in order: a step waits while an earlier one is planned, approved or
+running. After a crash, `recover()` looks at each step left running: keep_scene and stop_job are safe to
+run again; resubmit_job is too (the new job's id is deterministic and Ray refuses a second job with it); a
+drain is checked (the node draining, offline or gone: done) and otherwise reported as interrupted for a
+person, never repeated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from loguru import logger
+
+from core.errors import ArgusError, Conflict, InputError
+from core.types import Action, ActionState, Incident, Subject, SubjectKind, utcnow
+from remediation import guards as guard
+from remediation.actions import STEPS, Context, chain_of, failed, jobs_of, node_of, ray_list, registered_node
+from remediation.policy import Mode, Policy, Step
+
+ACTOR = "argus-remediation"
+OPEN_STATES = (ActionState.PLANNED, ActionState.APPROVED, ActionState.RUNNING)
+
+
+class Remediator:
+    def __init__(self, store: Any, policy: Policy, ctx: Context, *, clock: Callable[[], datetime] = utcnow,
+                 on_change: Callable[[Action], None] | None = None) -> None:
+        self.store = store
+        self.policy = policy
+        self.ctx = ctx
+        self.clock = clock
+        self.on_change = on_change
+
+    # -- planning ---------------------------------------------------------------------------------------------
+
+    def plan(self, incident: Incident, *, steps: list[Step] | None = None, requested_by: str = "policy",
+             mode: Mode | None = None) -> list[Action]:
+        """Plan the policy's steps for the incident (or `steps`, proposed by someone); idempotent."""
+        rule = self.policy.rule_for(incident) if steps is None else None
+        steps = list(steps) if steps is not None else (list(rule.steps) if rule else [])
+        mode = mode or self.policy.mode_for(rule)
+        if mode is Mode.OFF or not steps:
+            return []
+        source = "policy" if rule else "req-" + hashlib.sha256(
+            json.dumps([s.model_dump() for s in steps], sort_keys=True).encode()).hexdigest()[:8]
+        planned = []
+        for index, step in enumerate(steps):
+            action = Action(
+                id="", incident_id=incident.id, kind=step.action, target=self._target(incident, step.action),
+                state=ActionState.APPROVED if mode is Mode.AUTO else ActionState.PLANNED,
+                idempotency_key=f"{incident.id}:{source}:{index}:{step.action}", requested_by=requested_by,
+                reason=f"policy rule {rule.name}" if rule else f"requested by {requested_by}",
+                dry_run=mode is Mode.DRY_RUN,
+                result={"step": index, "params": step.params, "mode": mode.value},
+            )
+            planned.append(self.store.add_action(action))
+        logger.bind(incident=incident.id).info("planned {} ({}): {}", len(planned), mode.value,
+                                               ", ".join(a.kind for a in planned))
+        return planned
+
+    @staticmethod
+    def _target(incident: Incident, kind: str) -> Subject:
+        node_id, ip = node_of(incident)
+        if kind == "drain_node" and (node_id or ip):
+            return Subject(kind=SubjectKind.NODE, id=node_id or ip or "", name=ip)
+        jobs = jobs_of(incident)
+        if kind in ("resubmit_job", "stop_job") and jobs:
+            return Subject(kind=SubjectKind.JOB, id=jobs[0], name=", ".join(jobs[1:]) or None)
+        return incident.subject
+
+    # -- decisions ----------------------------------------------------------------------------------------------
+
+    def approve(self, action_id: str, *, who: str) -> Action:
+        action = self.store.get_action(action_id)
+        if action.dry_run:
+            raise Conflict(f"action {action_id} is a dry run: there is nothing to approve",
+                           hint="switch the policy's mode to approval to have steps that wait for approval")
+        approved = self.store.transition_action(action_id, (ActionState.PLANNED,), ActionState.APPROVED,
+                                                {**action.result, "approved_by": who,
+                                                 "approved_at": self.clock().isoformat()})
+        self._changed(approved)
+        return approved
+
+    def reject(self, action_id: str, *, who: str, reason: str) -> Action:
+        action = self.store.get_action(action_id)
+        rejected = self.store.transition_action(action_id, (ActionState.PLANNED, ActionState.APPROVED),
+                                                ActionState.REJECTED,
+                                                {**action.result, "rejected_by": who, "reason": reason[:500]})
+        self._changed(rejected)
+        return rejected
+
+    # -- running ------------------------------------------------------------------------------------------------
+
+    def run_pending(self) -> list[Action]:
+        """Run every step that is approved (or a dry run), due, and next in its incident; return what ran."""
+        actions = self.store.list_actions()
+        ran = []
+        for action in actions:
+            runnable = action.state is ActionState.APPROVED or (action.state is ActionState.PLANNED and action.dry_run)
+            if not runnable or action.incident_id is None or self._earlier_open(action, actions):
+                continue
+            result = self._run(action, actions)
+            if result is not None:
+                ran.append(result)
+                actions = self.store.list_actions()
+        return ran
+
+    def _earlier_open(self, action: Action, actions: list[Action]) -> bool:
+        step = action.result.get("step", 0)
+        return any(a.incident_id == action.incident_id and a.idempotency_key.rsplit(":", 2)[0]
+                   == action.idempotency_key.rsplit(":", 2)[0] and a.result.get("step", 0) < step
+                   and a.state in OPEN_STATES for a in actions)
+
+    def _run(self, action: Action, history: list[Action]) -> Action | None:
+        incident = self.store.get_incident(action.incident_id)
+        now = self.clock()
+        grace = float(action.result.get("params", {}).get("grace_s", 0) or 0)
+        if grace and incident.detected_at + timedelta(seconds=grace) > now:
+            return None  # not due yet (idle GPUs get their grace period)
+        verdict = guard.check(self.policy.guards, action, incident, history, now=now,
+                              shared_root=self.ctx.shared_root, node_counts=self._node_counts)
+        if verdict.waiting:
+            return None
+        source = ActionState.PLANNED if action.state is ActionState.PLANNED else ActionState.APPROVED
+        if not verdict.allowed:
+            refused = self._move(action, source, ActionState.SKIPPED, guard=verdict.reason,
+                                 message=f"refused by a guard: {verdict.reason}")
+            return refused
+        roots = [chain_of(self.ctx.shared_root / "jobs" / s, s)[0] for s in jobs_of(incident)]
+        try:
+            running = self.store.transition_action(action.id, (source,), ActionState.RUNNING,
+                                                   {**action.result, "roots": roots,
+                                                    "started_at": now.isoformat()})
+        except Conflict:
+            return None  # another runner claimed it
+        self._changed(running)
+        try:
+            outcome = STEPS[action.kind](self.ctx, incident, action.result.get("params", {}), action.dry_run)
+        except ArgusError as exc:
+            outcome = failed(f"{exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
+        except Exception as exc:  # noqa: BLE001 - a bug in one step must not stop the others; it is recorded
+            logger.opt(exception=exc).error("remediation step {} of {} crashed", action.kind, incident.id)
+            outcome = failed(f"{type(exc).__name__}: {exc}")
+        finished = self.store.transition_action(
+            action.id, (ActionState.RUNNING,), outcome.state,
+            {**running.result, "message": outcome.message, **outcome.data,
+             "finished_at": self.clock().isoformat()})
+        self._audit(finished, incident)
+        self._changed(finished)
+        return finished
+
+    def _move(self, action: Action, source: ActionState, target: ActionState, **result: Any) -> Action | None:
+        try:
+            moved = self.store.transition_action(action.id, (source,), target, {**action.result, **result})
+        except Conflict:
+            return None
+        self._changed(moved)
+        return moved
+
+    def _node_counts(self) -> tuple[int, int]:
+        records = self.ctx.registry.list()
+        drained = sum(r.state.value in ("draining", "offline") for r in records)
+        try:
+            alive = sum(n.get("state") == "ALIVE" and not n.get("is_head_node")
+                        for n in ray_list(self.ctx, "list_nodes", detail=True))
+        except ArgusError:
+            alive = 0
+        return drained, max(len(records), alive + drained)
+
+    # -- crash recovery -----------------------------------------------------------------------------------------
+
+    def recover(self) -> list[Action]:
+        """Deal with steps a crash left running (see the module docstring); return what was changed."""
+        changed = []
+        for action in self.store.list_actions():
+            if action.state is not ActionState.RUNNING:
+                continue
+            if action.kind in ("keep_scene", "stop_job", "resubmit_job") or action.dry_run:
+                moved = self._move(action, ActionState.RUNNING, ActionState.APPROVED if not action.dry_run
+                                   else ActionState.PLANNED, recovered="interrupted by a restart; safe to run again")
+            else:
+                moved = self._recover_drain(action)
+            if moved is not None:
+                changed.append(moved)
+        return changed
+
+    def _recover_drain(self, action: Action) -> Action | None:
+        incident = self.store.get_incident(action.incident_id)
+        node_id, ip = node_of(incident)
+        record = registered_node(self.ctx.registry, node_id, ip)
+        if record is not None and record.state.value in ("draining", "offline"):
+            return self._move(action, ActionState.RUNNING, ActionState.SUCCEEDED,
+                              message=f"the drain had happened before the restart: node {record.name} is "
+                                      f"{record.state.value}")
+        try:
+            alive = any(n.get("state") == "ALIVE" and (n.get("node_id") == node_id or n.get("node_ip") == ip)
+                        for n in ray_list(self.ctx, "list_nodes", detail=True))
+        except ArgusError:
+            alive = True  # unknown: report, do not guess
+        if not alive:
+            return self._move(action, ActionState.RUNNING, ActionState.SUCCEEDED,
+                              message="Ray no longer lists the node alive: nothing can be scheduled there")
+        return self._move(action, ActionState.RUNNING, ActionState.FAILED,
+                          message="interrupted by an Argus restart; not repeated: check the node and drain it "
+                                  "by hand (POST /v1/nodes/{name}/drain) if it still needs it")
+
+    # -- records ------------------------------------------------------------------------------------------------
+
+    def _audit(self, action: Action, incident: Incident) -> None:
+        try:
+            status = {ActionState.SUCCEEDED: 200, ActionState.SKIPPED: 204}.get(action.state, 500)
+            self.store.audit(actor=ACTOR, role=None, method="STEP", path=f"/remediation/{action.kind}", status=status,
+                             target=json.dumps({"action": action.id, "incident": incident.id}),
+                             detail={"state": action.state.value, "dry_run": action.dry_run,
+                                     "message": str(action.result.get("message", ""))[:500]})
+        except ArgusError as exc:
+            logger.error("could not audit remediation step {}: {}", action.id, exc)
+
+    def _changed(self, action: Action) -> None:
+        if self.on_change is not None:
+            try:
+                self.on_change(action)
+            except Exception as exc:  # noqa: BLE001 - telling people must not break acting
+                logger.warning("action change hook failed for {}: {}", action.id, exc)
+
+
+def parse_steps(items: Any) -> list[Step]:
+    """Steps from an API body; InputError naming what is wrong."""
+    if not isinstance(items, list) or not items or len(items) > 10:
+        raise InputError("steps must be a list of 1 to 10 {action, params} objects",
+                         hint="e.g. [{\"action\": \"keep_scene\"}, {\"action\": \"resubmit_job\"}]")
+    try:
+        return [Step.model_validate(x) for x in items]
+    except Exception as exc:  # noqa: BLE001 - pydantic's error text names the field
+        raise InputError(f"invalid step: {str(exc).splitlines()[0][:300]}",
+                         hint="actions are keep_scene, drain_node, resubmit_job, stop_job") from None
