@@ -6,9 +6,12 @@ kinds the policy lists in `guards.agent_may_approve`; anything else it proposes 
 
 from __future__ import annotations
 
+from html import escape
 from typing import Annotated, Any, Literal
+from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from argus.api.auth import Principal, require
@@ -118,3 +121,64 @@ def reject(request: Request, action_id: str, body: Annotated[Rejection, Body()],
     rejected = remediator(request).reject(_check_id(action_id), who=who.name, reason=body.reason)
     request.state.audit_detail = {"kind": rejected.kind, "reason": body.reason}
     return {"action": action_json(rejected)}
+
+
+# -- signed links from IM messages (see argus/approval_links.py) --------------------------------------------
+
+
+def _links(request: Request):  # type: ignore[no-untyped-def]
+    links = getattr(request.app.state, "approval_links", None)
+    if links is None:
+        raise NotConfigured("approval links are off in this Argus", hint="they are on under `argus serve`")
+    return links
+
+
+def _checked(request: Request, action_id: str, decision: str, expires: int, sig: str) -> Action:
+    reason = _links(request).check(_check_id(action_id), decision, expires, sig[:128])
+    if reason is not None:
+        from argus.api.errors import Forbidden
+
+        raise Forbidden(reason, hint="ask for a fresh link, or decide in the API with a token")
+    return request.app.state.store.get_action(action_id)
+
+
+LinkQuery = Annotated[str, Query(pattern="^(approve|reject)$")]
+
+
+@router.get("/v1/actions/{action_id}/decide", response_class=HTMLResponse, include_in_schema=True)
+def decide_page(request: Request, action_id: str, decision: LinkQuery,
+                expires: Annotated[int, Query(ge=0, le=2**40)], sig: Annotated[str, Query(max_length=128)]):
+    """What a signed link from a message would decide, with the button that decides it (a GET decides nothing)."""
+    action = _checked(request, action_id, decision, expires, sig)
+    incident = request.app.state.store.get_incident(action.incident_id) if action.incident_id else None
+    target = f"{action.target.kind.value} {action.target.name or action.target.id}"
+    summary = incident.summary if incident else ""
+    state_note = "" if action.state is ActionState.PLANNED else f"<p>It is already {escape(action.state.value)}.</p>"
+    return HTMLResponse(
+        "<!doctype html><meta charset=utf-8><title>Argus: decide a step</title>"
+        f"<h1>{escape(decision.title())} {escape(action.kind)} on {escape(target)}?</h1>"
+        f"<p>Incident {escape(action.incident_id or '')}: {escape(summary[:500])}</p>"
+        f"<p>Why: {escape(action.reason)}</p>{state_note}"
+        f"<form method=post><input type=hidden name=decision value={escape(decision)}>"
+        f"<input type=hidden name=expires value={expires}><input type=hidden name=sig value={escape(sig)}>"
+        f"<button type=submit>{escape(decision.title())}</button></form>")
+
+
+@router.post("/v1/actions/{action_id}/decide")
+async def decide(request: Request, action_id: str) -> dict[str, Any]:
+    """Decide through a signed link's form (fields decision, expires, sig)."""
+    # the page's form posts application/x-www-form-urlencoded; parsed here, without a multipart dependency
+    raw = (await request.body())[:4096].decode("utf-8", errors="replace")
+    form = {k: v[0] for k, v in parse_qs(raw, max_num_fields=10).items()}
+    decision = str(form.get("decision", ""))[:16]
+    try:
+        expires = int(str(form.get("expires", ""))[:16])
+    except ValueError:
+        raise InputError("the link's expiry is not a number", hint="use the link as it was sent") from None
+    action = _checked(request, action_id, decision, expires, str(form.get("sig", "")))
+    rem = remediator(request)
+    who = "signed link"
+    done = (rem.approve(action.id, who=who) if decision == "approve"
+            else rem.reject(action.id, who=who, reason="rejected through a signed link"))
+    request.state.audit_detail = {"kind": done.kind, "decision": decision, "via": "signed link"}
+    return {"action": action_json(done)}

@@ -52,7 +52,9 @@ ROUTE_ROLES: dict[str, Role] = {
     "POST /v1/nodes/{name}/probe": Role.OPERATOR,
     "POST /v1/ops/cleanup_job_artifacts": Role.OPERATOR,
 }
-OPEN_ROUTES = {"GET /v1/health", "GET /metrics"}
+# Open: health and metrics (probes, scrapes); the signed-link pages, whose signature is their credential.
+OPEN_ROUTES = {"GET /v1/health", "GET /metrics", "GET /v1/actions/{action_id}/decide",
+               "POST /v1/actions/{action_id}/decide"}
 PARAMS = {"{incident_id}": "inc-000000000000", "{submission_id}": "ghost-1", "{name}": "ghost",
           "{action_id}": "act-000000000000"}
 
