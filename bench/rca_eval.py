@@ -45,6 +45,7 @@ PREDICTORS: dict[str, Callable[[argparse.Namespace], Callable[[Case], Prediction
     "llm": lambda args: report_predictor(llm_writer(args)),
 }
 SECONDS: list[float] = []
+LLM_ANSWERS: list[dict] = []  # per case: the LLM's own category, whether it answered and whether it was kept
 
 
 def report_predictor(writer):  # type: ignore[no-untyped-def]
@@ -73,6 +74,9 @@ def report_predictor(writer):  # type: ignore[no-untyped-def]
         SECONDS.append(time.monotonic() - started)
         evidence = report.data.get("evidence") or []
         llm = report.data.get("llm") or {}
+        if llm:
+            LLM_ANSWERS.append({"case": case.name, "expected": case.category.value, "ok": llm.get("ok"),
+                                "category": llm.get("category"), "accepted": llm.get("accepted")})
         why = report.data.get("rule") or "-"
         if llm:
             why += f" / llm {llm.get('category') or 'failed'}: {'kept' if llm.get('accepted') else 'not used'}"
@@ -144,13 +148,25 @@ def main(argv: list[str] | None = None) -> int:
         ordered = sorted(SECONDS)
         timing = {"seconds_per_report_median": round(ordered[len(ordered) // 2], 2),
                   "seconds_per_report_max": round(ordered[-1], 2)}
+    if LLM_ANSWERS:
+        answered = [a for a in LLM_ANSWERS if a["ok"]]
+        timing["llm"] = {
+            "answered": len(answered), "asked": len(LLM_ANSWERS),
+            "own_category_right": sum(a["category"] == a["expected"] for a in answered),
+            "kept": sum(bool(a["accepted"]) for a in answered),
+            "rejected": sum(not a["accepted"] for a in answered),
+        }
     if args.json:
-        print(json.dumps({"mode": args.mode, **timing, **scores.to_dict()}, indent=2))
+        print(json.dumps({"mode": args.mode, **timing, **scores.to_dict(), "llm_answers": LLM_ANSWERS}, indent=2))
     else:
         show(scores, args.mode, Console())
-        if timing:
+        if SECONDS:
             Console().print(f"seconds per report: median {timing['seconds_per_report_median']}, "
                             f"max {timing['seconds_per_report_max']}")
+        if "llm" in timing:
+            t = timing["llm"]
+            Console().print(f"LLM: answered {t['answered']}/{t['asked']}; its own category right in "
+                            f"{t['own_category_right']}; kept {t['kept']}, rejected {t['rejected']}")
     return 0
 
 
