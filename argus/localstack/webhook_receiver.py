@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -46,11 +47,16 @@ class _Handler(BaseHTTPRequestHandler):
             data += self.rfile.read(size)
             self.rfile.readline()
 
-    def _reply(self, code: int, payload: dict[str, Any]) -> None:
-        body = json.dumps(payload).encode()
+    def _reply(self, code: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        if isinstance(payload, (bytes, str)):
+            body, kind = (payload if isinstance(payload, bytes) else payload.encode()), "text/plain; charset=utf-8"
+        else:
+            body, kind = json.dumps(payload).encode(), "application/json"
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
 
@@ -69,13 +75,37 @@ class _Handler(BaseHTTPRequestHandler):
             body: Any = json.loads(text) if text else None
         except json.JSONDecodeError:
             body = text
-        self.server.owner._record(
-            {"path": self.path, "headers": dict(self.headers.items()), "body": body, "received_at": time.time()}
-        )
-        self._reply(200, {"ok": True})
+        item = {"path": self.path, "headers": dict(self.headers.items()), "body": body, "received_at": time.time(),
+                "raw": raw}
+        reply = self.server.owner.reply
+        if reply is None:
+            self.server.owner._record(item)
+            self._reply(200, {"ok": True})
+            return
+        try:
+            answer = reply(item)
+        except Exception as exc:  # a broken reply function answers 500, as a broken server would
+            answer = Reply(500, {"error": f"reply function raised {type(exc).__name__}: {exc}"})
+        item["reply"] = {"status": answer.status, "body": answer.body}
+        self.server.owner._record(item)
+        if answer.drop:
+            self.close_connection = True  # hang up without an answer: the client sees a network error
+            return
+        self._reply(answer.status, answer.body, answer.headers)
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         self._reply(200, {"received": len(self.server.owner.received)})
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the receiver answers to one POST: a status, a JSON (dict/list) or text (str) body, extra headers.
+    `drop` closes the connection without answering."""
+
+    status: int = 200
+    body: Any = field(default_factory=lambda: {"ok": True})
+    headers: dict[str, str] = field(default_factory=dict)
+    drop: bool = False
 
 
 class _Server(ThreadingHTTPServer):
@@ -84,13 +114,19 @@ class _Server(ThreadingHTTPServer):
 
 
 class WebhookReceiver:
-    """An HTTP server on a background thread that keeps every POST as {path, headers, body, received_at}.
+    """An HTTP server on a background thread that keeps every POST as {path, headers, body, received_at, raw}.
 
-    `body` is the parsed JSON, or the text when it is not JSON.
+    `body` is the parsed JSON, or the text when it is not JSON; `raw` the bytes as received (to check a signature).
+    By default every POST is answered 200 `{"ok": true}`; `reply` (or `set_reply`) decides the answer instead: it
+    gets the recorded POST and returns a Reply, which is also recorded under "reply". Tests use it to play an IM
+    platform that checks payloads and signatures, rate-limits or fails.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, reply: Callable[[dict[str, Any]], Reply] | None = None
+    ) -> None:
         self.host = host
+        self.reply = reply
         self._port = port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -116,6 +152,10 @@ class WebhookReceiver:
         with self._cond:
             self._received.append(item)
             self._cond.notify_all()
+
+    def set_reply(self, reply: Callable[[dict[str, Any]], Reply] | None) -> None:
+        """Answer later POSTs with `reply` (None: the default 200 `{"ok": true}`)."""
+        self.reply = reply
 
     def clear(self) -> None:
         with self._cond:

@@ -280,3 +280,25 @@ class NodeTransitionRow(Base):
     reason: Mapped[str] = mapped_column(CleanText)
     at: Mapped[datetime] = mapped_column(UTCDateTime)
     ray_node_id: Mapped[str | None] = mapped_column(CleanString(RAY_NODE_ID_MAX), nullable=True)
+
+
+class DeliveryRow(Base):
+    """One attempt to tell a channel about an incident event: appended, never updated.
+
+    `key` is the dispatcher's idempotency key (incident, event, channel); a key with an ok row was delivered and
+    is not sent again. A digest writes one row per incident event it carried, all with its outcome.
+    """
+
+    __tablename__ = "notification_deliveries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(CleanString(255), index=True)
+    incident_id: Mapped[str | None] = mapped_column(CleanString(64), nullable=True, index=True)
+    event: Mapped[str] = mapped_column(CleanString(32))
+    channel: Mapped[str] = mapped_column(CleanString(64))
+    ok: Mapped[bool] = mapped_column()
+    attempts: Mapped[int] = mapped_column(Integer)
+    status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str | None] = mapped_column(CleanText, nullable=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    detail: Mapped[dict[str, Any]] = mapped_column(CleanJSON)

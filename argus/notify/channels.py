@@ -1,0 +1,173 @@
+"""What every IM channel shares: building a request within the platform's size limit, and reading its answer.
+
+A platform module (feishu, dingtalk, wecom, slack, signed_webhook) says three things: the payload for a message or
+a digest (`payload`, with its text limits scaled by `scale` so an oversized body can be shrunk), how a request is
+signed (`finish`), and which answers mean "try again" (`judge_body`). HTTP 429 and 5xx are retried everywhere;
+other 4xx are not. A 200 can still be a refusal: Feishu, DingTalk and WeCom answer errors as JSON codes in a 200,
+Slack as a body other than "ok".
+
+Why not apprise (it has feishu, lark, dingtalk, wecombot and slack plugins): read in caronc/apprise, its Feishu and
+WeCom-bot plugins post `text` only (no card, no Markdown, no signing for Feishu), its DingTalk plugin posts Markdown
+but keeps `msgtype: text`; none of them reads the error code in a 200 answer, so a refused message counts as sent;
+each builds the URL from a token on a fixed host (open.feishu.cn, oapi.dingtalk.com, qyapi.weixin.qq.com), so neither
+a proxy nor a test receiver can stand in; and its own throttle and retry would fight the dispatcher's. Only its Slack
+plugin sends blocks, which alone would not justify a dependency. httpx, already one, posts for every channel.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, ClassVar
+
+from argus.notify.config import ChannelConfig
+from argus.notify.message import Digest, Message
+from core.errors import ArgusError
+from core.types import Category, Severity, utcnow
+
+Item = Message | Digest
+
+# Text limits are multiplied by these in turn until the body fits the platform's size limit.
+SCALES = (1.0, 0.5, 0.25, 0.1, 0.0)
+
+
+@dataclass(frozen=True)
+class Request:
+    url: str
+    body: bytes
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    ok: bool
+    retry: bool = False
+    error: str | None = None
+    code: str | None = None  # the platform's own error code, when it gave one
+    retry_after_s: float | None = None
+
+
+OK = Judgement(ok=True)
+
+
+class Channel:
+    kind: ClassVar[str]
+    per_minute: ClassVar[float]  # the platform's documented rate limit for one bot
+    max_body_bytes: ClassVar[int]
+    # Platform error codes that no retry can fix (bad signature, unknown bot, body too long, bad format).
+    permanent_codes: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, config: ChannelConfig) -> None:
+        if config.kind != self.kind:
+            raise ArgusError(f"channel {config.name} is configured as {config.kind}, not {self.kind}",
+                             hint="build channels with argus.notify.registry.build_channels")
+        self.config = config
+        self.name = config.name
+
+    def wants(self, severity: Severity, category: str) -> bool:
+        try:
+            return self.config.wants(severity, Category(category))
+        except ValueError:
+            return not self.config.categories
+
+    # ---- what a platform module provides -------------------------------------------------------------
+
+    def payload(self, item: Item, scale: float) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def finish(self, data: dict[str, Any], now: datetime) -> Request:
+        """Encode (and sign) the payload. The default: JSON posted to the configured URL as is."""
+        return Request(self.config.url, encode(data), {"Content-Type": "application/json; charset=utf-8"})
+
+    def measured(self, request: Request, data: dict[str, Any]) -> int:
+        """The size the platform limits (the whole body unless it limits one field)."""
+        return len(request.body)
+
+    def judge_body(self, text: str) -> Judgement:
+        return OK
+
+    # ---- shared --------------------------------------------------------------------------------------
+
+    def request(self, item: Item, now: datetime) -> Request:
+        """The request for `item`, its text cut until the platform's size limit holds."""
+        size = 0
+        for scale in SCALES:
+            data = self.payload(item, scale)
+            req = self.finish(data, now)
+            size = self.measured(req, data)
+            if size <= self.max_body_bytes:
+                return req
+        raise ArgusError(
+            f"channel {self.name}: the {self.kind} message is {size} bytes even with every text cut, over the "
+            f"platform's {self.max_body_bytes}",
+            hint="this is a bug in the channel's payload builder; report it with the incident id",
+        )
+
+    def judge(self, status: int, text: str, headers: Mapping[str, str]) -> Judgement:
+        retry_after = _retry_after(headers.get("retry-after"))
+        if status == 429 or status >= 500:
+            return Judgement(ok=False, retry=True, error=f"HTTP {status}: {_brief(text)}", retry_after_s=retry_after)
+        if status >= 300:
+            return Judgement(ok=False, retry=False, error=f"HTTP {status}: {_brief(text)}")
+        return self.judge_body(text)
+
+    def judge_code(self, text: str, key: str, message_key: str) -> Judgement:
+        """For platforms answering `{key: 0}` on success and another code with `message_key` on refusal."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return Judgement(ok=False, retry=True, error=f"answer is not JSON: {_brief(text)}")
+        if not isinstance(data, dict) or key not in data:
+            return Judgement(ok=False, retry=True, error=f"answer has no {key!r}: {_brief(text)}")
+        code = str(data.get(key))
+        if code == "0":
+            return OK
+        error = f"{self.kind} {key} {code}: {_brief(str(data.get(message_key, '')))}"
+        return Judgement(ok=False, retry=code not in self.permanent_codes, error=error, code=code)
+
+
+def encode(data: Any) -> bytes:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def scaled(limit: int, scale: float) -> int:
+    return int(limit * scale)
+
+
+# ---- escaping: each channel's markup --------------------------------------------------------------------
+
+_SLACK = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+# DingTalk and WeCom document no escape for their Markdown subsets, and both render some HTML (<font>, and WeCom's
+# <@userid> mention): the characters that open a tag or a link become their fullwidth forms, which read the same.
+_LITE = str.maketrans({"<": "＜", ">": "＞", "[": "［", "]": "］", "`": "ˋ", "|": "｜"})
+
+
+def escape_slack(text: str) -> str:
+    """Slack's mrkdwn: &, < and > are the only control characters (`<!channel>`, `<url|text>`, `<@U1>`)."""
+    return text.translate(_SLACK)
+
+
+def escape_lite(text: str) -> str:
+    return text.translate(_LITE)
+
+
+def _brief(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - utcnow()).total_seconds())

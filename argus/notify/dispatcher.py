@@ -1,0 +1,288 @@
+"""Tells IM groups and webhooks about incidents: one message per incident event, grouped in a storm, within each
+platform's rate limit, retried, recorded, never repeated.
+
+Per channel ("lane"):
+- Dedup: each (incident, event, channel) has a key; an event with a detail (the state an update moved to, the
+  report id, the proposed actions) keys that too. A key the delivery log holds as sent is never sent again, also
+  after a restart, since the log is the store.
+- Grouping: the first "opened" goes at once and opens a window of `group_window_s`; further "opened" events within
+  it wait and leave as one digest when it closes. A storm is a couple of messages per window, not a flood.
+- Rate limit: a token bucket per channel under the platform's documented limit (and `rate_per_minute`). What finds
+  no token is folded into the next digest, which lists the most urgent items and says "N more incidents" with a
+  link to the list. Nothing is dropped silently.
+- Failures: `argus.notify.delivery.deliver` retries 429/5xx/platform codes with backoff; a channel whose delivery
+  failed is left alone for `cooldown_s` (its events fold into the digest) so a dead receiver costs the loop one
+  retry sequence, not one per incident.
+- Every attempt, ok or not, is recorded through `delivery_log` (one row per incident event, a digest's rows
+  sharing its outcome). Nothing raises into the caller.
+
+Digests waiting in memory are sent by `flush()`, which `notify*` calls and `start()` runs every second; pending
+digests are lost if the process dies before that (the events are then recorded nowhere). Sending happens in the
+calling thread: a first failure costs the caller the retry sequence (attempts x timeout plus backoff). A delivery
+that failed is recorded and not tried again unless the same event is notified again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import httpx
+from loguru import logger
+
+from argus.notify.channels import Channel, Item
+from argus.notify.delivery import Outcome, deliver
+from argus.notify.message import ApprovalLink, Message, build_message, digest_of
+from core.types import Incident, IncidentState, Report, utcnow
+
+
+class DeliveryLog(Protocol):
+    """What the dispatcher needs of the store (argus.store.store.Store implements it)."""
+
+    def record_delivery(
+        self, *, key: str, incident_id: str | None, event: str, channel: str, ok: bool, attempts: int,
+        status: int | None = None, error: str | None = None, detail: dict[str, Any] | None = None,
+    ) -> Any: ...  # pragma: no cover
+
+    def delivery_sent(self, key: str) -> bool: ...  # pragma: no cover
+
+
+def delivery_key(incident_id: str, event: str, channel: str, detail: str = "") -> str:
+    tail = hashlib.sha256(detail.encode("utf-8", "surrogatepass")).hexdigest()[:12] if detail else "-"
+    return f"{incident_id}:{event}:{channel}:{tail}"
+
+
+class TokenBucket:
+    """At most `per_minute` in any minute: a burst of `burst`, then refilled at (per_minute - burst) a minute, so
+    the burst plus a minute's refill never exceeds the platform's count for one minute."""
+
+    def __init__(self, per_minute: float, now: float) -> None:
+        self.burst = max(1, min(5, int(per_minute // 4)))
+        self.rate_s = max(per_minute - self.burst, 0.1) / 60.0
+        self.tokens = float(self.burst)
+        self.at = now
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(float(self.burst), self.tokens + max(0.0, now - self.at) * self.rate_s)
+        self.at = max(self.at, now)
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+@dataclass
+class _Pending:
+    key: str
+    message: Message
+
+
+@dataclass
+class _Lane:
+    channel: Channel
+    bucket: TokenBucket
+    pending: list[_Pending] = field(default_factory=list)
+    window_until: float = 0.0
+    down_until: float = 0.0
+
+
+class Dispatcher:
+    """A Notifier for every configured IM channel and webhook. Thread-safe: the loop, the API and `start()`'s
+    flusher may call it at once (one at a time inside)."""
+
+    name = "im"
+
+    def __init__(
+        self,
+        channels: Sequence[Channel],
+        delivery_log: DeliveryLog,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        sleep: Callable[[float], None] = time.sleep,
+        rate_per_minute: float = 60.0,
+        group_window_s: float = 30.0,
+        public_url: str | None = None,
+        client: httpx.Client | None = None,
+        timeout_s: float = 10.0,
+        attempts: int = 3,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        cooldown_s: float = 60.0,
+    ) -> None:
+        names = [c.name for c in channels]
+        if len(set(names)) != len(names):
+            raise ValueError(f"channel names must be unique, got {names}")
+        self._log = delivery_log
+        self._clock = clock
+        self._sleep = sleep
+        self.group_window_s = max(0.0, group_window_s)
+        self.public_url = public_url.rstrip("/") if public_url else None
+        self._client = client or httpx.Client(timeout=timeout_s)
+        self._retry = {"attempts": attempts, "backoff_s": backoff_s, "max_backoff_s": max_backoff_s}
+        self.cooldown_s = cooldown_s
+        now = clock().timestamp()
+        self._lanes = [_Lane(c, TokenBucket(min(rate_per_minute, c.per_minute), now)) for c in channels]
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---- the Notifier protocol and its siblings ------------------------------------------------------
+
+    def notify(self, incident: Incident, event: str) -> bool:
+        return self._guarded(incident, event, lambda: self._offer_all(incident, event, report=None, approvals=()))
+
+    def notify_report(self, incident: Incident, report: Report) -> bool:
+        return self._guarded(incident, "report_ready",
+                             lambda: self._offer_all(incident, "report_ready", report=report, approvals=()))
+
+    def notify_approval(
+        self, incident: Incident, approvals: Sequence[ApprovalLink], report: Report | None = None
+    ) -> bool:
+        return self._guarded(incident, "approval_needed", lambda: self._offer_all(
+            incident, "approval_needed", report=report, approvals=tuple(approvals)))
+
+    def notify_state_change(self, incident: Incident) -> bool:
+        """After the incident's state (or severity) changed: "resolved" when it is, else "updated"."""
+        return self.notify(incident, "resolved" if incident.state is IncidentState.RESOLVED else "updated")
+
+    def flush(self, *, force: bool = False) -> bool:
+        """Send the digests that are due (all waiting ones with `force`, rate limits still holding)."""
+        try:
+            with self._lock:
+                now = self._clock().timestamp()
+                return all([self._flush_lane(lane, now, force=force) for lane in self._lanes])
+        except Exception as exc:  # a bug here must not reach the loop or the flusher thread
+            logger.opt(exception=exc).error("flushing notification digests failed")
+            return False
+
+    def pending(self) -> dict[str, int]:
+        with self._lock:
+            return {lane.channel.name: len(lane.pending) for lane in self._lanes}
+
+    def start(self, interval_s: float = 1.0) -> Dispatcher:
+        """Flush due digests every `interval_s` on a daemon thread, until `close()`."""
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, args=(interval_s,), name="notify-flush", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=30)
+            self._thread = None
+        self.flush(force=True)
+        held = {name: n for name, n in self.pending().items() if n}
+        if held:  # the rate limit still holds them: say so rather than lose them quietly
+            logger.warning("notifications still held back at shutdown and not sent: {}", held)
+
+    def _run(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            self.flush()
+
+    # ---- inside ----------------------------------------------------------------------------------------
+
+    def _guarded(self, incident: Incident, event: str, work: Callable[[], bool]) -> bool:
+        try:
+            with self._lock:
+                return work()
+        except Exception as exc:  # the Notifier contract: never raise into the loop
+            logger.bind(incident=incident.id).opt(exception=exc).error("notifying {} failed", event)
+            return False
+
+    def _offer_all(
+        self, incident: Incident, event: str, *, report: Report | None, approvals: tuple[ApprovalLink, ...]
+    ) -> bool:
+        message = build_message(incident, event, report=report, approvals=approvals, public_url=self.public_url)
+        detail = _detail(incident, event, report, approvals)
+        now = self._clock().timestamp()
+        results = [self._offer(lane, delivery_key(incident.id, event, lane.channel.name, detail), message, now)
+                   for lane in self._lanes]
+        now = self._clock().timestamp()
+        for lane in self._lanes:
+            self._flush_lane(lane, now)
+        return all(results)
+
+    def _offer(self, lane: _Lane, key: str, message: Message, now: float) -> bool:
+        if not lane.channel.wants(message.severity, message.category):
+            return True
+        if any(p.key == key for p in lane.pending) or self._sent(key):
+            return True
+        grouping = message.event == "opened" and (now < lane.window_until or bool(lane.pending))
+        if now < lane.down_until or grouping or not lane.bucket.take(now):
+            lane.pending.append(_Pending(key, message))
+            return True
+        ok = self._send(lane, message, [_Pending(key, message)])
+        if message.event == "opened":
+            lane.window_until = now + self.group_window_s
+        return ok
+
+    def _flush_lane(self, lane: _Lane, now: float, *, force: bool = False) -> bool:
+        if not lane.pending or now < lane.down_until:
+            return True
+        if not force and now < lane.window_until:
+            return True
+        if not lane.bucket.take(now):
+            return True  # still held back; it stays pending and grows
+        batch, lane.pending = lane.pending, []
+        item: Item = batch[0].message if len(batch) == 1 else digest_of([p.message for p in batch], self.public_url)
+        ok = self._send(lane, item, batch)
+        lane.window_until = now + self.group_window_s
+        return ok
+
+    def _send(self, lane: _Lane, item: Item, batch: list[_Pending]) -> bool:
+        channel = lane.channel
+        outcome = deliver(channel, item, client=self._client, clock=self._clock, sleep=self._sleep, **self._retry)
+        if not outcome.ok:
+            lane.down_until = self._clock().timestamp() + self.cooldown_s
+        digest = f"{len(batch)} grouped" if len(batch) > 1 else None
+        for p in batch:
+            self._record(p, channel.name, outcome, digest)
+        ids = batch[0].message.incident_id if len(batch) == 1 else f"{len(batch)} incidents"
+        if outcome.ok:
+            logger.info("{} told about {} ({} attempt(s))", channel.name, ids, outcome.attempts)
+        else:
+            logger.warning("{} could not be told about {} after {} attempt(s): {}", channel.name, ids,
+                           outcome.attempts, outcome.error)
+        return outcome.ok
+
+    def _record(self, p: _Pending, channel: str, outcome: Outcome, digest: str | None) -> None:
+        detail: dict[str, Any] = {"kind": "digest" if digest else "message"}
+        if digest:
+            detail["grouped"] = digest
+        if outcome.code:
+            detail["platform_code"] = outcome.code
+        try:
+            self._log.record_delivery(
+                key=p.key, incident_id=p.message.incident_id, event=p.message.event, channel=channel, ok=outcome.ok,
+                attempts=outcome.attempts, status=outcome.status, error=outcome.error, detail=detail,
+            )
+        except Exception as exc:  # the store being down must not stop notifications
+            logger.bind(incident=p.message.incident_id).opt(exception=exc).error(
+                "could not record the delivery {} to {}", p.key, channel)
+
+    def _sent(self, key: str) -> bool:
+        try:
+            return self._log.delivery_sent(key)
+        except Exception as exc:  # unknown: rather a repeat than silence
+            logger.opt(exception=exc).error("could not check whether {} was sent", key)
+            return False
+
+
+def _detail(incident: Incident, event: str, report: Report | None, approvals: tuple[ApprovalLink, ...]) -> str:
+    """What makes two events of one kind different notifications."""
+    if event == "updated":
+        return f"{incident.state.value}/{incident.severity.value}"
+    if event == "resolved":
+        return incident.resolved_at.isoformat() if incident.resolved_at else ""
+    if event == "report_ready":
+        return report.id if report is not None else ""
+    if event == "approval_needed":
+        return ",".join(sorted(a.action_id for a in approvals))
+    return ""
