@@ -55,20 +55,41 @@ def serve(
     from argus.api.app import create_app
     from argus.daemon import Daemon
     from argus.exporter import ArgusMetrics
-    from argus.wiring import build_control, build_pipeline, build_remediator, build_reports, open_store
+    from argus.notify.message import approval_links_for
+    from argus.wiring import (
+        build_approval_links,
+        build_control,
+        build_dispatcher,
+        build_notifiers,
+        build_pipeline,
+        build_remediator,
+        build_reports,
+        open_store,
+    )
 
     settings = _settings(config, api_host=host, api_port=port)
     setup_logging(settings.log_level, settings.data_dir / "logs" / "argus.log")
     store = open_store(settings)
     public = f"http://{settings.api_host}:{settings.api_port}"
     metrics = ArgusMetrics()
+    dispatcher = build_dispatcher(settings, store, public_url=public)
+    links = build_approval_links(settings, public)
     reports = build_reports(settings, store)
+    if dispatcher is not None:
+        reports.on_report = dispatcher.notify_report
     reports.start()
     control = build_control(settings, store)
-    remediator = build_remediator(settings, store, control)
+
+    def on_plan(incident, waiting) -> None:  # steps waiting for approval: links in the IM message
+        if dispatcher is not None:
+            dispatcher.notify_approval(incident, approval_links_for(waiting, links))
+
+    remediator = build_remediator(settings, store, control, on_plan=on_plan)
     remediator.recover()  # steps a crash left running: finished, re-run when safe, or reported
+    extra = [dispatcher] if dispatcher is not None else []
     pipeline = build_pipeline(settings, store, public_url=public, metrics=metrics, reports=reports,
-                              remediator=remediator)
+                              remediator=remediator,
+                              notifiers=build_notifiers(settings, public_url=public) + extra)
     daemon = Daemon(pipeline, interval_s=settings.poll_interval_s,
                     chores={"job timeouts": (control.jobs.enforce_timeouts, settings.job_timeout_check_s),
                             "remediation": (remediator.run_pending, settings.remediation_interval_s)})
@@ -82,6 +103,7 @@ def serve(
             remediator.plan(incident)
 
         app.state.on_alert_incident = on_alert_incident
+        app.state.approval_links = links
         uvicorn.run(
             app,
             host=settings.api_host,
@@ -91,6 +113,8 @@ def serve(
     finally:
         daemon.stop()
         reports.stop()
+        if dispatcher is not None:
+            dispatcher.close()
         store.close()
 
 

@@ -9,9 +9,12 @@ from collections.abc import Callable
 
 from loguru import logger
 
+from argus.approval_links import ApprovalLinks, load_secret
 from argus.control_plane import ControlPlane
 from argus.correlate import Correlator
 from argus.exporter import ArgusMetrics
+from argus.notify.dispatcher import Dispatcher
+from argus.notify.registry import build_channels
 from argus.notify.webhook import WebhookNotifier
 from argus.pipeline import Pipeline, TickResult
 from argus.reports import ReportService
@@ -96,6 +99,20 @@ def build_notifiers(settings: Settings, *, public_url: str | None = None) -> lis
     ]
 
 
+def build_dispatcher(settings: Settings, store, *, public_url: str | None = None) -> Dispatcher | None:  # type: ignore[no-untyped-def]
+    """The IM dispatcher for notify_channels (started: it flushes digests), or None without channels."""
+    if not settings.notify_channels:
+        return None
+    dispatcher = Dispatcher(build_channels(settings.notify_channels), store, public_url=public_url,
+                            timeout_s=settings.request_timeout_s)
+    return dispatcher.start()
+
+
+def build_approval_links(settings: Settings, public_url: str) -> ApprovalLinks:
+    return ApprovalLinks(load_secret(settings.data_dir / "approval-link.secret"), public_url,
+                         ttl_s=settings.approval_link_ttl_s)
+
+
 def open_store(settings: Settings):
     from argus.store.store import Store  # SQLAlchemy and Alembic load only for commands that use the store
 
@@ -136,14 +153,15 @@ def build_reports(settings: Settings, store, **overrides) -> ReportService:  # t
     return ReportService(store, engine, settings.shared_root)
 
 
-def build_remediator(settings: Settings, store, control: ControlPlane) -> Remediator:  # type: ignore[no-untyped-def]
+def build_remediator(settings: Settings, store, control: ControlPlane, *,  # type: ignore[no-untyped-def]
+                     on_plan=None) -> Remediator:
     """The remediation runner over the control plane, with the policy from settings (checked at start)."""
     policy = load_policy(settings.remediation_policy, mode=settings.remediation_mode)
     ctx = ActionContext(jobs=control.jobs, registry=control.registry, nodes=control.manager,
                         dashboard_url=settings.ray_dashboard_url, gcs_address=settings.ray_gcs_address,
                         local=LocalRunner(), store=store, request_timeout_s=settings.request_timeout_s)
     logger.info("remediation policy {} in mode {}", policy.source, policy.mode.value)
-    return Remediator(store, policy, ctx)
+    return Remediator(store, policy, ctx, on_plan=on_plan)
 
 
 def build_pipeline(

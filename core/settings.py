@@ -15,6 +15,7 @@ import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from core.channels import ChannelConfig
 from core.errors import ConfigError
 
 ENV_PREFIX = "ARGUS_"
@@ -90,6 +91,12 @@ class Settings(BaseSettings):
     remediation_interval_s: float = Field(default=2.0, gt=0, le=600, description="how often approved steps run")
 
     # who is told
+    notify_channels: list[ChannelConfig] = Field(
+        default_factory=list,
+        description="IM groups and webhooks: kind feishu|dingtalk|wecom|slack|webhook, url, secret, name, "
+        "min_severity, categories",
+    )
+    approval_link_ttl_s: float = Field(default=3600.0, gt=0, le=7 * 86400, description="how long approve links work")
     webhook_urls: list[str] = Field(default_factory=list, description="generic JSON webhooks for incidents")
 
     # the API
@@ -207,6 +214,10 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
         raise ConfigError(_describe(exc, path, set(file_values)), hint=_fix_hint(exc)) from None
 
 
+# Settings whose values are credentials (a bot URL is one): an error names the field, never the value.
+_SECRET_FIELDS = frozenset({"notify_channels", "llm_api_key"})
+
+
 def _describe(exc: ValidationError, path: Any, file_keys: set[str]) -> str:
     parts = []
     for err in exc.errors():
@@ -224,6 +235,8 @@ def _describe(exc: ValidationError, path: Any, file_keys: set[str]) -> str:
             origin = ""
         value = err.get("input")
         shown = repr(value) if not isinstance(value, dict) else "a mapping"
+        if top in _SECRET_FIELDS:
+            shown = "(not shown: it may hold a credential)"
         if len(shown) > 80:
             shown = shown[:77] + "..."
         parts.append(f"setting '{field}'{' ' + origin if origin else ''} = {shown}: {err['msg']}")

@@ -36,12 +36,16 @@ OPEN_STATES = (ActionState.PLANNED, ActionState.APPROVED, ActionState.RUNNING)
 
 class Remediator:
     def __init__(self, store: Any, policy: Policy, ctx: Context, *, clock: Callable[[], datetime] = utcnow,
-                 on_change: Callable[[Action], None] | None = None) -> None:
+                 on_change: Callable[[Action], None] | None = None,
+                 on_plan: Callable[[Incident, list[Action]], None] | None = None) -> None:
+        """`on_change`: after a step's state changed; `on_plan`: after steps were planned that wait for
+        approval (to send the approve/reject links)."""
         self.store = store
         self.policy = policy
         self.ctx = ctx
         self.clock = clock
         self.on_change = on_change
+        self.on_plan = on_plan
 
     # -- planning ---------------------------------------------------------------------------------------------
 
@@ -68,6 +72,12 @@ class Remediator:
             planned.append(self.store.add_action(action))
         logger.bind(incident=incident.id).info("planned {} ({}): {}", len(planned), mode.value,
                                                ", ".join(a.kind for a in planned))
+        waiting = [a for a in planned if a.state is ActionState.PLANNED and not a.dry_run]
+        if waiting and self.on_plan is not None:
+            try:
+                self.on_plan(incident, waiting)
+            except Exception as exc:  # noqa: BLE001 - telling people must not break planning
+                logger.warning("telling people about the plan for {} failed: {}", incident.id, exc)
         return planned
 
     @staticmethod

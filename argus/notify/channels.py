@@ -23,8 +23,8 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
-from argus.notify.config import ChannelConfig
 from argus.notify.message import Digest, Message
+from core.channels import ChannelConfig
 from core.errors import ArgusError
 from core.types import Category, Severity, utcnow
 

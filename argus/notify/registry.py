@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from argus.notify.channels import Channel
-from argus.notify.config import ChannelConfig
 from argus.notify.dingtalk import DingTalkChannel
 from argus.notify.feishu import FeishuChannel
 from argus.notify.signed_webhook import SignedWebhookChannel
 from argus.notify.slack import SlackChannel
 from argus.notify.wecom import WeComChannel
+from core.channels import ChannelConfig
 from core.errors import ConfigError
 
 CHANNEL_KINDS: dict[str, type[Channel]] = {

@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from argus.notify.config import ChannelConfig
 from argus.notify.dispatcher import Dispatcher
 from argus.notify.registry import build_channels
 from argus.store.store import Store
+from core.channels import ChannelConfig
 from core.types import Category, Finding, Incident, Severity, Subject, SubjectKind
 from tests.notify.platforms import Platform
 from tests.store.conftest import db_url, pg_admin  # noqa: F401 - the store tests' SQLite/PostgreSQL fixtures

@@ -9,11 +9,11 @@ import re
 import httpx
 import pytest
 
-from argus.notify.config import ChannelConfig
 from argus.notify.delivery import deliver
 from argus.notify.message import ApprovalLink, build_message, digest_of
 from argus.notify.registry import build_channels
 from argus.store.store import Store
+from core.channels import ChannelConfig
 from core.types import Report, Severity
 from tests.notify.conftest import KINDS, OOM, PUBLIC_URL, Clock, Sleeps, configs, open_incident
 from tests.notify.platforms import Platform, feishu_markdown, texts

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from argus.localstack.ports import free_port
 from argus.localstack.webhook_receiver import Reply
-from argus.notify.config import ChannelConfig
 from argus.notify.dispatcher import Dispatcher, TokenBucket
 from argus.notify.message import ApprovalLink
 from argus.store.store import Store
+from core.channels import ChannelConfig
 from core.types import Category, IncidentState, Report, Severity
 from tests.notify.conftest import KINDS, PUBLIC_URL, configs, open_incident
 from tests.notify.platforms import (

@@ -1,4 +1,5 @@
-"""One IM or webhook channel as configured: where to post, how to sign, and which incidents it wants.
+"""One IM or webhook channel as configured (Settings.notify_channels): where to post, how to sign, and which
+incidents it wants.
 
 Settings holds a list of these (`notify_channels`); `argus.notify.registry.build_channels` turns each into its
 platform's Channel. The URL of a Feishu, DingTalk, WeCom or Slack bot is itself a credential (anyone holding it
