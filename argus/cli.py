@@ -104,6 +104,8 @@ def serve(
 
         app.state.on_alert_incident = on_alert_incident
         app.state.approval_links = links
+        if dispatcher is not None:
+            app.state.on_incident_change = dispatcher.notify_state_change
         uvicorn.run(
             app,
             host=settings.api_host,

@@ -103,7 +103,10 @@ async def alertmanager(request: Request, body: Annotated[AlertmanagerWebhook, Bo
         else:
             incident = await run_in_threadpool(store.find_open, finding.fingerprint)
             if incident is not None:
-                await run_in_threadpool(store.set_state, incident.id, IncidentState.RESOLVED)
+                changed = await run_in_threadpool(store.set_state, incident.id, IncidentState.RESOLVED)
                 resolved.append(incident.id)
+                hook = getattr(request.app.state, "on_incident_change", None)
+                if hook is not None:
+                    await run_in_threadpool(hook, changed)
     request.state.audit_detail = {"group": body.groupKey[:200], "opened": opened, "resolved": resolved}
     return {"opened": opened, "folded": folded, "resolved": resolved}

@@ -5,9 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field
 
+from argus.api.auth import require
+from argus.store.tokens import Role
 from core.errors import InputError, NotFound
 from core.types import Category, IncidentState
 
@@ -71,3 +74,22 @@ def get_report(
     body["earlier"] = [{"id": r.id, "generator": r.generator, "category": r.category.value,
                         "created_at": r.created_at.isoformat()} for r in reports[:-1]]
     return JSONResponse(body)
+
+
+class StateChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=500)
+
+
+@router.post("/{incident_id}:resolve", dependencies=[Depends(require(Role.OPERATOR))])
+def resolve(request: Request, incident_id: str, body: Annotated[StateChange, Body()]) -> dict[str, Any]:
+    """Mark the incident resolved (people are told); a new occurrence opens a new incident."""
+    _check_id(incident_id)
+    store = request.app.state.store
+    incident = store.set_state(incident_id, IncidentState.RESOLVED)
+    request.state.audit_detail = {"reason": body.reason}
+    hook = getattr(request.app.state, "on_incident_change", None)
+    if hook is not None:
+        hook(incident)
+    return {"incident": incident.model_dump(mode="json")}

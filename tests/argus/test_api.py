@@ -85,3 +85,21 @@ def test_api_stays_up_and_names_what_it_cannot_reach(store):
     assert "cannot reach Ray state API at http://127.0.0.1:9" in source["last_error"]
     assert client.get("/v1/incidents").status_code == 200
     assert client.get("/openapi.json").status_code == 200
+
+
+def test_an_operator_resolves_an_incident_and_people_are_told(store):
+    incident, _ = store.record_finding(lost("n9"))
+    told = []
+    app = create_app(store=store)
+    app.state.on_incident_change = told.append
+    _, operator = store.create_token("op", "operator", created_by="tests")
+    _, reader = store.create_token("reader", "viewer", created_by="tests")
+    path = f"/v1/incidents/{incident.id}:resolve"
+    assert TestClient(app, headers={"Authorization": f"Bearer {reader}"}).post(
+        path, json={"reason": "fixed"}).status_code == 403
+    client = TestClient(app, headers={"Authorization": f"Bearer {operator}"})
+    assert client.post(path, json={}).status_code == 422
+    done = client.post(path, json={"reason": "node replaced"})
+    assert done.status_code == 200 and done.json()["incident"]["state"] == "resolved"
+    assert [i.id for i in told] == [incident.id]
+    assert client.post("/v1/incidents/inc-000000000000:resolve", json={"reason": "x"}).status_code == 404

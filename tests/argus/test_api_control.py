@@ -30,6 +30,7 @@ ROUTE_ROLES: dict[str, Role] = {
     "GET /v1/incidents": Role.VIEWER,
     "GET /v1/incidents/{incident_id}": Role.VIEWER,
     "GET /v1/incidents/{incident_id}/report": Role.VIEWER,
+    "POST /v1/incidents/{incident_id}:resolve": Role.OPERATOR,
     "POST /v1/incidents/{incident_id}/actions": Role.OPERATOR,
     "GET /v1/actions": Role.VIEWER,
     "GET /v1/actions/{action_id}": Role.VIEWER,
@@ -107,6 +108,7 @@ def bodies(env: Env) -> dict[str, Any]:
         "POST /v1/nodes": env.node_body(name="matrix-node"),
         "POST /v1/ops/cleanup_job_artifacts": {"submission_id": "ghost-1", "keep_last": 1},
         "POST /v1/incidents/{incident_id}/actions": {"plan": "policy"},
+        "POST /v1/incidents/{incident_id}:resolve": {"reason": "test"},
         "POST /v1/actions/{action_id}:reject": {"reason": "test"},
         "POST /v1/alerts/alertmanager": {"version": "4", "status": "firing", "alerts": [
             {"status": "resolved", "labels": {"alertname": "X"}, "startsAt": "2026-01-01T00:00:00Z"}]},
