@@ -7,7 +7,7 @@ query itself tells the API whether Prometheus is reachable at all.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from core.errors import InputError, SourceUnavailable
@@ -46,6 +46,9 @@ class PrometheusClient:
         from prometheus_api_client.exceptions import PrometheusApiClientException
 
         params = {"query": promql, "start": start.timestamp(), "end": end.timestamp(), "step": step_s}
+        # prometheus-api-client rounds both ends to whole seconds: rounded down, `end` could fall before the
+        # newest sample and lose it. A second more costs at most one extra step.
+        end = end + timedelta(seconds=1)
         try:
             return list(self._prom.custom_query_range(
                 promql, start_time=start, end_time=end, step=f"{step_s:g}s", timeout=self.timeout_s))
