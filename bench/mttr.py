@@ -20,25 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-TRAIN = """
-import os, pathlib, time, ray
-ray.init()
-ckpt = pathlib.Path(os.environ["ARGUS_JOB_DIR"]) / "checkpoints"
-@ray.remote(num_cpus=0, resources={"worker": 0.01})
-class Rank:
-    def where(self):
-        return ray.get_runtime_context().get_node_id()
-    def step(self, i):
-        time.sleep(0.2)
-        return i
-rank = Rank.remote()
-print("RANK_NODE=" + ray.get(rank.where.remote()), flush=True)
-for i in range(100000):
-    ray.get(rank.step.remote(i))
-    if i % 5 == 0:
-        (ckpt / f"global_step_{i}").mkdir(exist_ok=True)
-    print(f"step:{i} - loss:0.1", flush=True)
-"""
+from argus.localstack.trainer import RESUMABLE_TRAINER  # noqa: E402
 
 
 def wait(what: str, check, timeout: float = 180, interval: float = 0.2):  # type: ignore[no-untyped-def]
@@ -67,7 +49,7 @@ def one_run(cluster, work: Path, run: int) -> dict[str, float]:  # type: ignore[
     base = work / f"run{run}"
     shared = base / "shared"
     (shared / "code").mkdir(parents=True)
-    (shared / "code" / "train.py").write_text(TRAIN)
+    (shared / "code" / "train.py").write_text(RESUMABLE_TRAINER)
     store = Store(f"sqlite:///{base / 'argus.db'}")
     jobs = JobController(cluster.dashboard_url, shared)
     policy = load_policy(mode=Mode.AUTO)

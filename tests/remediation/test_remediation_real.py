@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from argus.api.app import create_app
+from argus.localstack.trainer import RESUMABLE_TRAINER
 from argus.pipeline import Pipeline
 from argus.store.store import Store
 from collectors.ray_state import RayStateCollector
@@ -34,28 +35,6 @@ from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.ray]
 
-TRAIN = """
-import os, pathlib, time, ray
-ray.init()
-ckpt = pathlib.Path(os.environ["ARGUS_JOB_DIR"]) / "checkpoints"
-print("RESUME_FROM=" + os.environ.get("ARGUS_RESUME_FROM", "none"), flush=True)
-
-@ray.remote(num_cpus=0, resources={"worker": 0.01})
-class Rank:
-    def where(self):
-        return ray.get_runtime_context().get_node_id()
-    def step(self, i):
-        time.sleep(0.2)
-        return i
-
-rank = Rank.remote()
-print("RANK_NODE=" + ray.get(rank.where.remote()), flush=True)
-for i in range(100000):
-    ray.get(rank.step.remote(i))
-    if i % 5 == 0:
-        (ckpt / f"global_step_{i}").mkdir(exist_ok=True)
-    print(f"step:{i} - loss:0.1", flush=True)
-"""
 
 
 class Env:
@@ -64,7 +43,7 @@ class Env:
         self.store = Store(f"sqlite:///{tmp_path / 'argus.db'}")
         self.shared = tmp_path / "shared"
         (self.shared / "code").mkdir(parents=True)
-        (self.shared / "code" / "train.py").write_text(TRAIN)
+        (self.shared / "code" / "train.py").write_text(RESUMABLE_TRAINER)
         self.jobs = JobController(ray_cluster.dashboard_url, self.shared, code_roots=[self.shared])
         policy = load_policy(mode=mode)
         guards = policy.guards.model_copy(update={"min_drain_interval_s": 0, "max_drained_share": 1.0,
