@@ -17,13 +17,14 @@ plugin sends blocks, which alone would not justify a dependency. httpx, already 
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
-from argus.notify.message import Digest, Message
+from argus.notify.message import Digest, Message, cut
 from core.channels import ChannelConfig
 from core.errors import ArgusError
 from core.types import Category, Severity, utcnow
@@ -53,7 +54,7 @@ class Judgement:
 OK = Judgement(ok=True)
 
 
-class Channel:
+class Channel(ABC):
     kind: ClassVar[str]
     per_minute: ClassVar[float]  # the platform's documented rate limit for one bot
     max_body_bytes: ClassVar[int]
@@ -75,8 +76,9 @@ class Channel:
 
     # ---- what a platform module provides -------------------------------------------------------------
 
+    @abstractmethod
     def payload(self, item: Item, scale: float) -> dict[str, Any]:
-        raise NotImplementedError
+        """The platform's JSON body for `item`, its free texts cut to `scale` of their full length."""
 
     def finish(self, data: dict[str, Any], now: datetime) -> Request:
         """Encode (and sign) the payload. The default: JSON posted to the configured URL as is."""
@@ -152,6 +154,21 @@ def escape_slack(text: str) -> str:
 
 def escape_lite(text: str) -> str:
     return text.translate(_LITE)
+
+
+MAX_APPROVALS = 5  # approve/reject pairs one message offers; the rest are reached through the incident
+
+
+def markdown_actions(m: Message, proposal_chars: int) -> list[str]:
+    """The approve/reject lines and the report/incident links of a message, in the Markdown DingTalk and
+    WeCom share (their link syntax is the same; untrusted text is escaped with escape_lite)."""
+    lines = [f"**Proposed**: {escape_lite(cut(f'{a.kind} on {a.target} ({a.action_id})', proposal_chars))} · "
+             f"[Approve]({a.approve_url}) · [Reject]({a.reject_url})" for a in m.approvals[:MAX_APPROVALS]]
+    links = [f"[{label}]({url})" for label, url in (("Open report", m.report_url), ("Incident", m.incident_url))
+             if url]
+    if links:
+        lines.append(" · ".join(links))
+    return lines
 
 
 def _brief(text: str, limit: int = 300) -> str:

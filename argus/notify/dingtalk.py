@@ -22,12 +22,11 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote_plus
 
-from argus.notify.channels import Channel, Item, Judgement, Request, encode, escape_lite, scaled
+from argus.notify.channels import Channel, Item, Judgement, Request, encode, escape_lite, markdown_actions, scaled
 from argus.notify.message import EVENT_LABELS, Digest, Message, cut
 from core.types import Severity
 
 _ICONS = {Severity.CRITICAL: "🔴", Severity.WARNING: "🟠", Severity.INFO: "🔵"}
-_MAX_APPROVALS = 5
 
 
 def dingtalk_sign(secret: str, timestamp_ms: int) -> str:
@@ -65,13 +64,7 @@ class DingTalkChannel(Channel):
             parts.append("> " + escape_lite(cut(m.summary, scaled(2000, scale))))
         if m.report_summary and scale > 0:
             parts.append("**Root cause**: " + escape_lite(cut(m.report_summary, scaled(1000, scale))))
-        for a in m.approvals[:_MAX_APPROVALS]:
-            parts.append(f"**Proposed**: {escape_lite(cut(f'{a.kind} on {a.target} ({a.action_id})', 300))} · "
-                         f"[Approve]({a.approve_url}) · [Reject]({a.reject_url})")
-        links = [f"[{label}]({url})" for label, url in (("Open report", m.report_url), ("Incident", m.incident_url))
-                 if url]
-        if links:
-            parts.append(" · ".join(links))
+        parts += markdown_actions(m, 300)
         return "\n\n".join(parts)
 
     def _digest(self, d: Digest, scale: float) -> str:

@@ -24,12 +24,11 @@ import hmac
 from datetime import datetime
 from typing import Any
 
-from argus.notify.channels import Channel, Item, Judgement, Request, encode, escape_lite, scaled
+from argus.notify.channels import MAX_APPROVALS, Channel, Item, Judgement, Request, encode, escape_lite, scaled
 from argus.notify.message import EVENT_LABELS, Digest, Message, cut
 from core.types import Severity
 
 _COLOURS = {Severity.CRITICAL: "red", Severity.WARNING: "orange", Severity.INFO: "blue"}
-_MAX_APPROVALS = 5
 
 
 def feishu_sign(secret: str, timestamp: int) -> str:
@@ -74,7 +73,7 @@ class FeishuChannel(Channel):
             elements.append(_text(cut(m.summary, scaled(2000, scale))))
         if m.report_summary and scale > 0:
             elements += [_markdown("**Root cause**"), _text(cut(m.report_summary, scaled(1000, scale)))]
-        for a in m.approvals[:_MAX_APPROVALS]:
+        for a in m.approvals[:MAX_APPROVALS]:
             elements.append(_text(cut(f"Proposed: {a.kind} on {a.target} ({a.action_id})", 300)))
             elements += [_button("Approve", a.approve_url, "primary"), _button("Reject", a.reject_url, "danger")]
         if m.report_url:

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from argus.notify.channels import Channel, Item, Judgement, escape_slack, scaled
+from argus.notify.channels import MAX_APPROVALS, Channel, Item, Judgement, escape_slack, scaled
 from argus.notify.message import EVENT_LABELS, Digest, Message, cut
-
-_MAX_APPROVALS = 5
 
 
 def mrkdwn(text: str, limit: int) -> str:
@@ -81,7 +79,7 @@ class SlackChannel(Channel):
             blocks.append(_section(mrkdwn(m.summary, scaled(3000, scale))))
         if m.report_summary and scale > 0:
             blocks.append(_section("*Root cause*\n" + mrkdwn(m.report_summary, scaled(2900, scale))))
-        for i, a in enumerate(m.approvals[:_MAX_APPROVALS]):
+        for i, a in enumerate(m.approvals[:MAX_APPROVALS]):
             blocks.append(_section("*Proposed*: " + mrkdwn(f"{a.kind} on {a.target} ({a.action_id})", 2900)))
             blocks += _actions(_button("Approve", a.approve_url, f"approve-{i}", "primary"),
                                _button("Reject", a.reject_url, f"reject-{i}", "danger"))

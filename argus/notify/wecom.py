@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from argus.notify.channels import Channel, Item, Judgement, Request, escape_lite, scaled
+from argus.notify.channels import Channel, Item, Judgement, Request, escape_lite, markdown_actions, scaled
 from argus.notify.message import EVENT_LABELS, Digest, Message, cut
 from core.types import Severity
 
 CONTENT_MAX_BYTES = 4096
 _COLOURS = {Severity.CRITICAL: "warning", Severity.WARNING: "warning", Severity.INFO: "comment"}
-_MAX_APPROVALS = 5
 
 
 class WeComChannel(Channel):
@@ -49,13 +48,7 @@ class WeComChannel(Channel):
             lines.append(escape_lite(cut(m.summary, scaled(1500, scale))))
         if m.report_summary and scale > 0:
             lines.append("**Root cause**: " + escape_lite(cut(m.report_summary, scaled(800, scale))))
-        for a in m.approvals[:_MAX_APPROVALS]:
-            lines.append(f"**Proposed**: {escape_lite(cut(f'{a.kind} on {a.target} ({a.action_id})', 200))} · "
-                         f"[Approve]({a.approve_url}) · [Reject]({a.reject_url})")
-        links = [f"[{label}]({url})" for label, url in (("Open report", m.report_url), ("Incident", m.incident_url))
-                 if url]
-        if links:
-            lines.append(" · ".join(links))
+        lines += markdown_actions(m, 200)
         return "\n".join(lines)
 
     def _digest(self, d: Digest, scale: float) -> str:
