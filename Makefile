@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.argus-installed
 
-.PHONY: demo test setup system-deps lint clean llm
+.PHONY: demo test setup system-deps lint clean llm dashboards
 
 demo: setup
 	$(VENV)/bin/argus demo
@@ -31,6 +31,10 @@ system-deps:
 # The local LLM for RCA tests and the demo: llama-server + a pinned model, cached in ~/.cache/argus/llm.
 llm: setup
 	bash scripts/llm-setup.sh
+
+# Grafana dashboards: build dashboards/*.dashboard.py to the JSON beside them and check their PromQL.
+dashboards: setup
+	$(VENV)/bin/argus dashboards build
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -52,60 +52,13 @@ def serve(
     """Run the API and the detection loop until interrupted."""
     import uvicorn
 
-    from argus.api.app import create_app
-    from argus.daemon import Daemon
-    from argus.exporter import ArgusMetrics
-    from argus.notify.message import approval_links_for
-    from argus.wiring import (
-        build_approval_links,
-        build_control,
-        build_dispatcher,
-        build_notifiers,
-        build_pipeline,
-        build_remediator,
-        build_reports,
-        open_store,
-    )
+    from argus.service import ArgusService
 
     settings = _settings(config, api_host=host, api_port=port)
     setup_logging(settings.log_level, settings.data_dir / "logs" / "argus.log")
-    store = open_store(settings)
-    public = f"http://{settings.api_host}:{settings.api_port}"
-    metrics = ArgusMetrics()
-    dispatcher = build_dispatcher(settings, store, public_url=public)
-    links = build_approval_links(settings, public)
-    reports = build_reports(settings, store)
-    if dispatcher is not None:
-        reports.on_report = dispatcher.notify_report
-    reports.start()
-    control = build_control(settings, store)
-
-    def on_plan(incident, waiting) -> None:  # steps waiting for approval: links in the IM message
-        if dispatcher is not None:
-            dispatcher.notify_approval(incident, approval_links_for(waiting, links))
-
-    remediator = build_remediator(settings, store, control, on_plan=on_plan)
-    remediator.recover()  # steps a crash left running: finished, re-run when safe, or reported
-    extra = [dispatcher] if dispatcher is not None else []
-    pipeline = build_pipeline(settings, store, public_url=public, metrics=metrics, reports=reports,
-                              remediator=remediator,
-                              notifiers=build_notifiers(settings, public_url=public) + extra)
-    daemon = Daemon(pipeline, interval_s=settings.poll_interval_s,
-                    chores={"job timeouts": (control.jobs.enforce_timeouts, settings.job_timeout_check_s),
-                            "remediation": (remediator.run_pending, settings.remediation_interval_s)})
-    daemon.start()
+    service = ArgusService(settings)
     try:
-        app = create_app(store=store, health_provider=pipeline.health, metrics=metrics, control=control,
-                         remediator=remediator)
-
-        def on_alert_incident(incident) -> None:  # incidents opened by Alertmanager get the same follow-up
-            reports.submit(incident.id)
-            remediator.plan(incident)
-
-        app.state.on_alert_incident = on_alert_incident
-        app.state.approval_links = links
-        if dispatcher is not None:
-            app.state.on_incident_change = dispatcher.notify_state_change
+        app = service.start()
         uvicorn.run(
             app,
             host=settings.api_host,
@@ -113,11 +66,7 @@ def serve(
             log_config=None,  # uvicorn's records go through the loguru intercept set up above
         )
     finally:
-        daemon.stop()
-        reports.stop()
-        if dispatcher is not None:
-            dispatcher.close()
-        store.close()
+        service.stop()
 
 
 def _incident_rows(items) -> Table:
@@ -267,11 +216,13 @@ def demo(
 
 def _register_plugins() -> None:
     from argus.cli_analyze import register as register_analyze
+    from argus.cli_dashboards import register as register_dashboards
     from argus.cli_rules import register as register_rules
     from argus.cli_tokens import register as register_tokens
     from argus.sim.cli import register as register_sim
 
     register_analyze(app)
+    register_dashboards(app)
     register_rules(app)
     register_tokens(app)
     register_sim(app)

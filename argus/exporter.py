@@ -8,6 +8,17 @@
 - `argus_findings_total{category}`, `argus_incidents_open{category}` (open or mitigating),
   `argus_collector_up{collector}` (1 reachable, 0 not; absent until first polled) and
   `argus_detection_latency_seconds{category}` (finding's detected_at minus the fault's first_seen).
+- Argus's own health, for alert_rules/argus-health.rules.yml and the Argus dashboard:
+  `argus_loop_last_tick_timestamp_seconds` (0 until the first tick), `argus_loop_tick_duration_seconds`,
+  `argus_collector_errors_total{collector}` (failed polls), `argus_incidents_opened_total{category}` (by the
+  loop), `argus_notifications_total{channel, outcome}` (one per message or digest: sent, or failed after its
+  retries; channel is the configured name, never a URL) and `argus_actions_total{kind, outcome}` (remediation
+  steps reaching a final state).
+- `argus_incident_opened_timestamp_seconds{incident_id, category, submission_id, node}`: one series per
+  incident open or mitigating (the newest MAX_OPEN_INCIDENT_SERIES), valued at its opening time in unix
+  seconds, for Grafana annotations; `node` is the node's IP where the incident names one, "" otherwise.
+- `argus_job_step{submission_id}` and `argus_job_step_interval_seconds{submission_id}`: the highest step the
+  stall detector has seen of each RUNNING job and the step interval it learnt.
 
 Everything lives in one CollectorRegistry per ArgusMetrics, not prometheus_client's global one, so two
 instances (tests, an embedded daemon) never clash. The entrypoint label is off by default: command lines
@@ -17,6 +28,7 @@ are long, unbounded in number, and sometimes carry secrets.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -31,10 +43,19 @@ from prometheus_client import (
 
 from argus.pipeline import SourceStatus, TickResult
 from collectors.placement import JobPlacement
-from core.types import Category, Finding, IncidentState
+from core.types import ActionState, Category, Finding, Incident, IncidentState, SubjectKind
+from detectors.stall import JobProgress
 
 # From a few seconds (log rules, lost nodes) to past the idle-GPU window (10 min by default).
 LATENCY_BUCKETS = (1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600, 660, 900, 1800, 3600)
+# A tick is normally well under a second; its collectors' timeouts (10 s each by default) make the slow tail.
+TICK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
+NOTIFICATION_OUTCOMES = ("sent", "failed")
+ACTION_OUTCOMES = tuple(s.value for s in (ActionState.SUCCEEDED, ActionState.FAILED, ActionState.SKIPPED,
+                                          ActionState.REJECTED))
+# Annotation series per open incident: enough for any real backlog, bounded for a storm of thousands.
+MAX_OPEN_INCIDENT_SERIES = 500
+_LABEL_MAX_CHARS = 200  # incident attrs can come from alert labels: a hostile one must not bloat every scrape
 _JOB_LABELS = ("submission_id", "job_id", "node_ip", "node_id", "owner")
 _PAGE = 1000  # the store's largest page
 
@@ -71,8 +92,45 @@ class ArgusMetrics:
             "argus_detection_latency_seconds", "From the fault's first evidence to Argus's finding",
             ("category",), buckets=LATENCY_BUCKETS, registry=self.registry,
         )
+        self.last_tick = Gauge(
+            "argus_loop_last_tick_timestamp_seconds", "Unix time the detection loop last finished a tick",
+            registry=self.registry,
+        )
+        self.tick_duration = Histogram(
+            "argus_loop_tick_duration_seconds", "How long one tick of the detection loop took",
+            buckets=TICK_BUCKETS, registry=self.registry,
+        )
+        self.collector_errors = Counter(
+            "argus_collector_errors", "Polls of a collector that failed (source unreachable or an error)",
+            ("collector",), registry=self.registry,
+        )
+        self.incidents_opened = Counter(
+            "argus_incidents_opened", "Incidents opened by the detection loop", ("category",), registry=self.registry
+        )
+        self.incident_opened_at = Gauge(
+            "argus_incident_opened_timestamp_seconds",
+            "Unix time an incident still open or mitigating was opened (for Grafana annotations)",
+            ("incident_id", "category", "submission_id", "node"), registry=self.registry,
+        )
+        self.notifications = Counter(
+            "argus_notifications", "Notification deliveries (a message or a digest) by outcome: sent or failed",
+            ("channel", "outcome"), registry=self.registry,
+        )
+        self.actions = Counter(
+            "argus_actions", "Remediation steps that reached a final state", ("kind", "outcome"),
+            registry=self.registry,
+        )
+        self.job_step = Gauge(
+            "argus_job_step", "Highest training step seen in a RUNNING job's logs", ("submission_id",),
+            registry=self.registry,
+        )
+        self.job_step_interval = Gauge(
+            "argus_job_step_interval_seconds", "The step interval Argus learnt for a RUNNING job",
+            ("submission_id",), registry=self.registry,
+        )
         for category in Category:  # every category present from the start, so rate() and absent() behave
             self.findings.labels(category.value)
+            self.incidents_opened.labels(category.value)
             self.incidents_open.labels(category.value).set(0)
 
     # -- updates -----------------------------------------------------------------------------------
@@ -116,27 +174,113 @@ class ArgusMetrics:
         """After `Pipeline.run_once()`: `observe_tick(result, pipeline.sources)`."""
         for finding in tick.findings:
             self.finding_recorded(finding)
+        for incident in tick.opened:
+            self.incidents_opened.labels(incident.category.value).inc()
         for name, status in sources.items():
             self.set_collector_up(name, status.ok)
+            errors = self.collector_errors.labels(name)  # present at 0 from the first tick, so increase() works
+            if name in tick.errors:
+                errors.inc()
+        self.tick_duration.observe(max(0.0, tick.duration_s))
+        finished = tick.finished_at or tick.started_at + timedelta(seconds=tick.duration_s)
+        self.last_tick.set(finished.timestamp())
+
+    def declare_channels(self, channels: Iterable[str]) -> None:
+        """Start each configured channel's counters at 0: a first failure then shows in increase()."""
+        for channel in channels:
+            for outcome in NOTIFICATION_OUTCOMES:
+                self.notifications.labels(channel, outcome)
+
+    def notification_delivered(self, channel: str, outcome: str) -> None:
+        """The dispatcher's `on_delivery` hook: one message or digest to `channel` was sent or failed."""
+        if outcome not in NOTIFICATION_OUTCOMES:
+            raise ValueError(f"notification outcome {outcome!r} is not one of {NOTIFICATION_OUTCOMES}")
+        self.notifications.labels(channel, outcome).inc()
+
+    def declare_actions(self, kinds: Iterable[str]) -> None:
+        """Start every (step kind, final outcome) at 0, like declare_channels."""
+        for kind in kinds:
+            for outcome in ACTION_OUTCOMES:
+                self.actions.labels(kind, outcome)
+
+    def action_finished(self, kind: str, outcome: str) -> None:
+        """The remediation runner's `on_step_final` hook."""
+        if outcome not in ACTION_OUTCOMES:
+            raise ValueError(f"action outcome {outcome!r} is not a final state ({', '.join(ACTION_OUTCOMES)})")
+        self.actions.labels(kind, outcome).inc()
+
+    def set_job_progress(self, progress: Mapping[str, JobProgress]) -> None:
+        """Replace the step gauges with the stall detector's `progress()`: jobs no longer RUNNING disappear."""
+        self.job_step.clear()
+        self.job_step_interval.clear()
+        for submission_id, job in progress.items():
+            self.job_step.labels(submission_id).set(job.step)
+            if job.interval_s is not None:
+                self.job_step_interval.labels(submission_id).set(job.interval_s)
 
     def refresh_incidents(self, store: Any) -> None:
-        """Count not-resolved incidents per category from the store (paged; cheap for normal counts)."""
+        """Count not-resolved incidents per category from the store (paged; cheap for normal counts) and
+        replace the annotation series with the newest of them: resolved incidents disappear."""
         counts: dict[str, int] = {}
+        newest: list[Incident] = []
         for state in (IncidentState.OPEN, IncidentState.MITIGATING):
             offset = 0
             while True:
                 page = store.list_incidents(state=state, limit=_PAGE, offset=offset)
                 for incident in page:
                     counts[incident.category.value] = counts.get(incident.category.value, 0) + 1
+                if offset == 0:  # newest first: the first page of each state holds the newest
+                    newest.extend(page[:MAX_OPEN_INCIDENT_SERIES])
                 if len(page) < _PAGE:
                     break
                 offset += _PAGE
         self.set_incidents_open(counts)
+        newest.sort(key=lambda i: (i.detected_at, i.id), reverse=True)
+        self.set_open_incidents(newest[:MAX_OPEN_INCIDENT_SERIES])
+
+    def set_open_incidents(self, incidents: Iterable[Incident]) -> None:
+        """One annotation series per incident given (the caller keeps it to the open ones)."""
+        self.incident_opened_at.clear()
+        for incident in incidents:
+            self.incident_opened_at.labels(
+                incident.id, incident.category.value, _label(_submission_of(incident)), _label(_node_of(incident)),
+            ).set(incident.detected_at.timestamp())
 
     # -- exposition --------------------------------------------------------------------------------
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def exported_series_names(registry: CollectorRegistry) -> set[str]:
+    """Every series name the registry can expose (a counter's `_total`, a histogram's `_bucket`/`_sum`/
+    `_count`...), whether or not it has samples yet: what a PromQL rule on Argus may name."""
+    suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
+                "summary": ("_sum", "_count", "_created"), "gauge": ("",), "info": ("_info",),
+                "stateset": ("",), "enum": ("",)}
+    names: set[str] = set()
+    for family in registry.collect():
+        names.update(family.name + suffix for suffix in suffixes.get(family.type, ("",)))
+    return names
+
+
+def _submission_of(incident: Incident) -> str:
+    sid = incident.attrs.get("submission_id")
+    if isinstance(sid, str) and sid:
+        return sid
+    return incident.subject.id if incident.subject.kind is SubjectKind.JOB else ""
+
+
+def _node_of(incident: Incident) -> str:
+    """The node's IP, the way argus_job_gpus and the dashboards name nodes."""
+    ip = incident.attrs.get("node_ip")
+    if isinstance(ip, str) and ip:
+        return ip
+    return (incident.subject.name or "") if incident.subject.kind is SubjectKind.NODE else ""
+
+
+def _label(value: str) -> str:
+    return value[:_LABEL_MAX_CHARS]
 
 
 def metrics_router(metrics: ArgusMetrics) -> APIRouter:

@@ -44,6 +44,7 @@ class SourceStatus:
 class TickResult:
     started_at: datetime
     duration_s: float
+    finished_at: datetime | None = None  # set when the tick is done, before the tick hook runs
     signals: int = 0
     findings: list[Finding] = field(default_factory=list)
     opened: list[Incident] = field(default_factory=list)
@@ -101,6 +102,7 @@ class Pipeline:
                 result.findings.append(finding)
                 self._record(finding, result)
             result.duration_s = time.monotonic() - t0
+            result.finished_at = self._clock()
             self.last_tick, self.ticks = result, self.ticks + 1
             if self._on_tick is not None:
                 try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,50 +38,67 @@ class ReportService:
         self.engine = engine
         self.shared_root = Path(shared_root)
         self.on_report = on_report
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        self._pending: set[str] = set()
+        # Two workers: the deterministic report of a new incident must not wait behind LLM passes, which take
+        # a minute each on a CPU. Each queue holds incident ids; None stops its worker.
+        self._queues: dict[bool, queue.Queue[str | None]] = {False: queue.Queue(), True: queue.Queue()}
+        self._pending: dict[bool, set[str]] = {False: set(), True: set()}
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     # -- the worker --------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="argus-reports", daemon=True)
-            self._thread.start()
+        if not self._threads:
+            for use_llm, name in ((False, "argus-reports"), (True, "argus-reports-llm")):
+                thread = threading.Thread(target=self._run, args=(use_llm,), name=name, daemon=True)
+                thread.start()
+                self._threads.append(thread)
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout_s)
-            self._thread = None
+        for q in self._queues.values():
+            q.put(None)
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._threads = []
 
     def submit(self, incident_id: str) -> None:
-        """Queue a report for the incident; a report already queued is not queued twice."""
+        """Queue a report for the incident (the deterministic one first, then the LLM's); never queued twice."""
+        self._enqueue(incident_id, use_llm=False)
+
+    def _enqueue(self, incident_id: str, *, use_llm: bool) -> None:
         with self._lock:
-            if incident_id in self._pending:
+            if incident_id in self._pending[use_llm]:
                 return
-            self._pending.add(incident_id)
-        self._queue.put(incident_id)
+            self._pending[use_llm].add(incident_id)
+        self._queues[use_llm].put(incident_id)
 
     def idle(self) -> bool:
         with self._lock:
-            return not self._pending
+            return not self._pending[False] and not self._pending[True]
 
-    def _run(self) -> None:
-        while (incident_id := self._queue.get()) is not None:
+    def _run(self, use_llm: bool) -> None:
+        while (incident_id := self._queues[use_llm].get()) is not None:
             try:
-                self.write(incident_id)
+                self._write_pass(incident_id, use_llm=use_llm)
+                if not use_llm and self.engine.writer is not None:
+                    self._enqueue(incident_id, use_llm=True)
             except Exception as exc:  # noqa: BLE001 - one bad incident must not stop reports for the others
                 logger.opt(exception=exc).bind(incident=incident_id).error("report for {} failed: {}", incident_id, exc)
             finally:
                 with self._lock:
-                    self._pending.discard(incident_id)
+                    self._pending[use_llm].discard(incident_id)
 
     # -- one report ----------------------------------------------------------------------------------------
 
     def write(self, incident_id: str, *, llm: bool = True) -> list[Report]:
         """Write the incident's report(s) now: the deterministic one, then the LLM's where configured."""
+        passes = [False, True] if llm and self.engine.writer is not None else [False]
+        return [self._write_pass(incident_id, use_llm=use_llm) for use_llm in passes]
+
+    def _write_pass(self, incident_id: str, *, use_llm: bool) -> Report:
+        """One report, from the incident's current findings and actions; a pass whose LLM failed or was
+        overruled is still stored: it says so, as the latest."""
         incident = self.store.get_incident(incident_id)
         findings = self.store.findings_for(incident_id)
         sid = self.submission_id(incident)
@@ -91,20 +109,15 @@ class ReportService:
             "last_checkpoint_at": self.last_checkpoint_at(job_dir) if job_dir else None,
             "actions": self.store.list_actions(incident_id),
         }
-        passes = [False, True] if llm and self.engine.writer is not None else [False]
-        written = []
-        for use_llm in passes:
-            # A second pass whose LLM failed or was overruled is still stored: it says so, as the latest.
-            report = self.engine.report(incident, findings, use_llm=use_llm, **context)
-            saved = self.store.add_report(report)
-            written.append(saved)
-            self._save_file(job_dir, saved)
-            log = logger.bind(incident=incident_id)
-            log.info("report {} for {} ({}, {} {:.2f})", saved.id, incident_id, saved.generator, saved.category.value,
-                     saved.confidence)
-            if self.on_report is not None:
-                self.on_report(incident, saved)
-        return written
+        report = self.engine.report(incident, findings, use_llm=use_llm, **context)
+        saved = self.store.add_report(report)
+        self._save_file(job_dir, saved)
+        log = logger.bind(incident=incident_id)
+        log.info("report {} for {} ({}, {} {:.2f})", saved.id, incident_id, saved.generator, saved.category.value,
+                 saved.confidence)
+        if self.on_report is not None:
+            self.on_report(incident, saved)
+        return saved
 
     @staticmethod
     def submission_id(incident: Incident) -> str | None:

@@ -44,6 +44,7 @@ from detectors.stall import StallDetector
 from rca.engine import RcaEngine
 from rca.metrics import PrometheusMetricsReader
 from rca.redact import Redactor
+from remediation.actions import STEPS
 from remediation.actions import Context as ActionContext
 from remediation.policy import load_policy
 from remediation.runner import Remediator
@@ -99,12 +100,17 @@ def build_notifiers(settings: Settings, *, public_url: str | None = None) -> lis
     ]
 
 
-def build_dispatcher(settings: Settings, store, *, public_url: str | None = None) -> Dispatcher | None:  # type: ignore[no-untyped-def]
-    """The IM dispatcher for notify_channels (started: it flushes digests), or None without channels."""
+def build_dispatcher(settings: Settings, store, *, public_url: str | None = None,  # type: ignore[no-untyped-def]
+                     metrics: ArgusMetrics | None = None) -> Dispatcher | None:
+    """The IM dispatcher for notify_channels (started: it flushes digests), or None without channels. With
+    `metrics`, each delivery's outcome is counted in argus_notifications_total."""
     if not settings.notify_channels:
         return None
-    dispatcher = Dispatcher(build_channels(settings.notify_channels), store, public_url=public_url,
-                            timeout_s=settings.request_timeout_s)
+    channels = build_channels(settings.notify_channels)
+    if metrics is not None:
+        metrics.declare_channels(c.name for c in channels)
+    dispatcher = Dispatcher(channels, store, public_url=public_url, timeout_s=settings.request_timeout_s,
+                            on_delivery=metrics.notification_delivered if metrics is not None else None)
     return dispatcher.start()
 
 
@@ -154,14 +160,18 @@ def build_reports(settings: Settings, store, **overrides) -> ReportService:  # t
 
 
 def build_remediator(settings: Settings, store, control: ControlPlane, *,  # type: ignore[no-untyped-def]
-                     on_plan=None) -> Remediator:
-    """The remediation runner over the control plane, with the policy from settings (checked at start)."""
+                     on_plan=None, metrics: ArgusMetrics | None = None) -> Remediator:
+    """The remediation runner over the control plane, with the policy from settings (checked at start). With
+    `metrics`, each step reaching a final state is counted in argus_actions_total."""
     policy = load_policy(settings.remediation_policy, mode=settings.remediation_mode)
     ctx = ActionContext(jobs=control.jobs, registry=control.registry, nodes=control.manager,
                         dashboard_url=settings.ray_dashboard_url, gcs_address=settings.ray_gcs_address,
                         local=LocalRunner(), store=store, request_timeout_s=settings.request_timeout_s)
     logger.info("remediation policy {} in mode {}", policy.source, policy.mode.value)
-    return Remediator(store, policy, ctx, on_plan=on_plan)
+    if metrics is not None:
+        metrics.declare_actions(STEPS)
+    return Remediator(store, policy, ctx, on_plan=on_plan,
+                      on_step_final=metrics.action_finished if metrics is not None else None)
 
 
 def build_pipeline(
@@ -176,6 +186,9 @@ def build_pipeline(
 
     def after_tick(result: TickResult) -> None:
         metrics.observe_tick(result, pipeline.sources)
+        for detector in pipeline.detectors:
+            if isinstance(detector, StallDetector):
+                metrics.set_job_progress(detector.progress())
         metrics.refresh_incidents(store)
         for incident in result.opened:
             if reports is not None:

@@ -392,6 +392,59 @@ def find_promtool(promtool: str | None = None) -> str:
     return found
 
 
+def find_amtool(amtool: str | None = None) -> str:
+    """Alertmanager's amtool, found like promtool: on PATH unless a path is given."""
+    found = shutil.which(amtool or "amtool")
+    if found is None:
+        raise MissingBinary(
+            amtool or "amtool",
+            hint="install Alertmanager's tools (Debian: apt-get install prometheus-alertmanager) or pass its path",
+        )
+    return found
+
+
+# --- which metrics a PromQL expression reads --------------------------------------------------------
+
+_PROMQL_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_PROMQL_COMMENT_RE = re.compile(r"#[^\n]*")
+_PROMQL_MATCHERS_RE = re.compile(r"\{[^{}]*\}")
+_PROMQL_RANGE_RE = re.compile(r"\[[^\[\]]*\]")
+_PROMQL_GROUPING_RE = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)", re.I)
+_PROMQL_NAME_RE = re.compile(r"(?<![\w.:])([A-Za-z_:][\w:]*)(?![\w:])(?!\s*\()")
+_PROMQL_KEYWORDS = frozenset({"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",
+                              "bool", "offset", "inf", "nan"})
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """The metric names an expression selects (`up`, `argus_actions_total`...), without functions, keywords,
+    label names or strings. Good enough to catch a misspelt metric, which Prometheus accepts and never fires on."""
+    text = _PROMQL_STRING_RE.sub('""', expr)
+    text = _PROMQL_COMMENT_RE.sub(" ", text)
+    text = _PROMQL_MATCHERS_RE.sub(" ", text)
+    text = _PROMQL_RANGE_RE.sub(" ", text)
+    text = _PROMQL_GROUPING_RE.sub(" ", text)
+    return {m.group(1) for m in _PROMQL_NAME_RE.finditer(text) if m.group(1).lower() not in _PROMQL_KEYWORDS}
+
+
+def rule_file_metric_names(path: Path) -> dict[str, set[str]]:
+    """alert name -> the metric names its expr reads, for a Prometheus rule file; RuleError when it is not one."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise RuleError(f"{path} cannot be read as YAML: {exc}", hint="run `promtool check rules` on it") from None
+    groups = data.get("groups") if isinstance(data, dict) else None
+    if not isinstance(groups, list):
+        raise RuleError(f"{path} is not a Prometheus rule file (no 'groups' list)",
+                        hint="see https://prometheus.io/docs/prometheus/latest/configuration/alerting_rules/")
+    names: dict[str, set[str]] = {}
+    for group in groups:
+        for rule in (group.get("rules") or []) if isinstance(group, dict) else []:
+            if isinstance(rule, dict) and isinstance(rule.get("expr"), str):
+                key = str(rule.get("alert") or rule.get("record") or "?")
+                names.setdefault(key, set()).update(promql_metric_names(rule["expr"]))
+    return names
+
+
 _PROMTOOL_RULE_RE = re.compile(r'group "(?P<group>[^"]*)", rule (?P<index>\d+), "(?P<alert>[^"]*)": (?P<error>.*)')
 
 

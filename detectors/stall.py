@@ -159,6 +159,14 @@ class _Job:
 
 
 @dataclass(frozen=True)
+class JobProgress:
+    """What the detector has learnt of one RUNNING job's progress (for dashboards; it judges nothing)."""
+
+    step: float  # the highest value of the job's main step counter
+    interval_s: float | None  # that counter's learnt step interval; None until it has seen enough steps
+
+
+@dataclass(frozen=True)
 class _Verdict:
     stalled: bool
     mode: str
@@ -216,6 +224,24 @@ class StallDetector:
             elif signal.kind is SignalKind.METRIC and signal.attrs.get("metric") in GPU_ACTIVITY_METRICS:
                 self._on_gpu(signal)
         return self._judge(now)
+
+    def progress(self) -> dict[str, JobProgress]:
+        """Per RUNNING job that printed step lines: its main counter's step and interval. Read-only.
+
+        The main counter is the one with the most progress events (verl's step line rather than an eval bar
+        that runs now and then); jobs judged by log growth alone have no step and are left out.
+        """
+        out: dict[str, JobProgress] = {}
+        for job_id, job in self._jobs.items():
+            if job.status != "RUNNING":
+                continue
+            counted = [c for c in job.counters.values() if c.high is not None]
+            if not counted:
+                continue
+            main = max(counted, key=lambda c: c.steps)  # on a tie max() keeps the counter seen first
+            assert main.high is not None
+            out[job_id] = JobProgress(step=main.high, interval_s=main.interval())
+        return out
 
     def pop_resolved(self) -> list[str]:
         """Fingerprints of stall episodes that ended (progress resumed, or the job left RUNNING)."""

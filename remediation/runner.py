@@ -32,20 +32,24 @@ from remediation.policy import Mode, Policy, Step
 
 ACTOR = "argus-remediation"
 OPEN_STATES = (ActionState.PLANNED, ActionState.APPROVED, ActionState.RUNNING)
+FINAL_STATES = (ActionState.SUCCEEDED, ActionState.FAILED, ActionState.SKIPPED, ActionState.REJECTED)
 
 
 class Remediator:
     def __init__(self, store: Any, policy: Policy, ctx: Context, *, clock: Callable[[], datetime] = utcnow,
                  on_change: Callable[[Action], None] | None = None,
-                 on_plan: Callable[[Incident, list[Action]], None] | None = None) -> None:
+                 on_plan: Callable[[Incident, list[Action]], None] | None = None,
+                 on_step_final: Callable[[str, str], None] | None = None) -> None:
         """`on_change`: after a step's state changed; `on_plan`: after steps were planned that wait for
-        approval (to send the approve/reject links)."""
+        approval (to send the approve/reject links); `on_step_final(kind, state)`: a step reached one of
+        FINAL_STATES (wiring counts them in Argus's metrics)."""
         self.store = store
         self.policy = policy
         self.ctx = ctx
         self.clock = clock
         self.on_change = on_change
         self.on_plan = on_plan
+        self.on_step_final = on_step_final
 
     # -- planning ---------------------------------------------------------------------------------------------
 
@@ -239,6 +243,11 @@ class Remediator:
             logger.error("could not audit remediation step {}: {}", action.id, exc)
 
     def _changed(self, action: Action) -> None:
+        if self.on_step_final is not None and action.state in FINAL_STATES:
+            try:
+                self.on_step_final(action.kind, action.state.value)
+            except Exception as exc:  # noqa: BLE001 - counting must not break acting
+                logger.warning("step-final hook failed for {}: {}", action.id, exc)
         if self.on_change is not None:
             try:
                 self.on_change(action)

@@ -31,6 +31,7 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -280,7 +281,7 @@ class RayCluster:
         proc.start()
         self._wait_alive(self.head, deadline)
 
-    def _spawn_worker(self, i: int, ip: str) -> RayNode:
+    def _spawn_worker(self, i: int, ip: str, env: Mapping[str, str] | None = None) -> RayNode:
         assert self._temp_root is not None and self.ray_bin is not None
         metrics, agent = free_port(min_port=_METRICS_MIN_PORT), free_port()
         suffix = f"r{self._restarts}" if self._restarts else ""
@@ -297,7 +298,8 @@ class RayCluster:
             f"--temp-dir={temp_dir}",
         ]  # fmt: skip
         log = self.base_dir / f"worker{i}{'-' + suffix if suffix else ''}.log"
-        proc = ManagedProcess(f"ray-worker{i}", argv, log_path=log, env={**_COMMON_ENV, **self.worker_env})
+        env = {**_COMMON_ENV, **self.worker_env, **(env or {})}
+        proc = ManagedProcess(f"ray-worker{i}", argv, log_path=log, env=env)
         node = RayNode("worker", i, ip, temp_dir, metrics, agent, proc)
         self._workers[i] = node
         proc.start()
@@ -330,13 +332,15 @@ class RayCluster:
         logger.info("sent signal {} to raylet pid={} of worker{} node_id={}", sig, pid, i, node.node_id)
         return killed_at
 
-    def restart_worker(self, i: int, timeout: float = 60.0) -> RayNode:
-        """Replace worker i by a fresh `ray start` (new temp dir, new node id); return it once ALIVE."""
+    def restart_worker(self, i: int, timeout: float = 60.0, *, env: Mapping[str, str] | None = None) -> RayNode:
+        """Replace worker i by a fresh `ray start` (new temp dir, new node id); return it once ALIVE.
+
+        `env` is added to worker_env for this one node (e.g. a lowered RAY_memory_usage_threshold)."""
         old = self.worker(i)
         old.process.stop(grace=5.0)
         with self._lock:
             self._restarts += 1
-            node = self._spawn_worker(i, old.ip)
+            node = self._spawn_worker(i, old.ip, env=env)
         try:
             self._wait_alive(node, time.monotonic() + timeout)
         except BaseException:

@@ -14,7 +14,9 @@ Per channel ("lane"):
   failed is left alone for `cooldown_s` (its events fold into the digest) so a dead receiver costs the loop one
   retry sequence, not one per incident.
 - Every attempt, ok or not, is recorded through `delivery_log` (one row per incident event, a digest's rows
-  sharing its outcome). Nothing raises into the caller.
+  sharing its outcome), and told to `on_delivery(channel name, "sent" | "failed")` once per message or digest
+  (wiring points it at Argus's metrics; notify itself knows nothing of Prometheus). Nothing raises into the
+  caller.
 
 Digests waiting in memory are sent by `flush()`, which `notify*` calls and `start()` runs every second; pending
 digests are lost if the process dies before that (the events are then recorded nowhere). Sending happens in the
@@ -113,6 +115,7 @@ class Dispatcher:
         backoff_s: float = 1.0,
         max_backoff_s: float = 30.0,
         cooldown_s: float = 60.0,
+        on_delivery: Callable[[str, str], None] | None = None,
     ) -> None:
         names = [c.name for c in channels]
         if len(set(names)) != len(names):
@@ -125,6 +128,7 @@ class Dispatcher:
         self._client = client or httpx.Client(timeout=timeout_s)
         self._retry = {"attempts": attempts, "backoff_s": backoff_s, "max_backoff_s": max_backoff_s}
         self.cooldown_s = cooldown_s
+        self.on_delivery = on_delivery
         now = clock().timestamp()
         self._lanes = [_Lane(c, TokenBucket(min(rate_per_minute, c.per_minute), now)) for c in channels]
         self._lock = threading.RLock()
@@ -244,6 +248,7 @@ class Dispatcher:
         digest = f"{len(batch)} grouped" if len(batch) > 1 else None
         for p in batch:
             self._record(p, channel.name, outcome, digest)
+        self._tell(channel.name, "sent" if outcome.ok else "failed")
         ids = batch[0].message.incident_id if len(batch) == 1 else f"{len(batch)} incidents"
         if outcome.ok:
             logger.info("{} told about {} ({} attempt(s))", channel.name, ids, outcome.attempts)
@@ -266,6 +271,14 @@ class Dispatcher:
         except Exception as exc:  # the store being down must not stop notifications
             logger.bind(incident=p.message.incident_id).opt(exception=exc).error(
                 "could not record the delivery {} to {}", p.key, channel)
+
+    def _tell(self, channel: str, outcome: str) -> None:
+        if self.on_delivery is None:
+            return
+        try:
+            self.on_delivery(channel, outcome)
+        except Exception as exc:  # metrics bookkeeping must not stop notifications
+            logger.opt(exception=exc).error("the delivery hook failed for {}", channel)
 
     def _sent(self, key: str) -> bool:
         try:

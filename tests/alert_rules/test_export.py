@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ALERT_RULES = ROOT / "alert_rules"
 COMMITTED = ALERT_RULES / EXPORT_FILE_NAME
 UNIT_TESTS = sorted((ALERT_RULES / "tests").glob("*.yml"))
+# The unit tests of the exported rules (the others test the hand-written argus-health.rules.yml).
+DETECTION_TESTS = [p for p in UNIT_TESTS if yaml.safe_load(p.read_text())["rule_files"] == [f"../{EXPORT_FILE_NAME}"]]
 
 
 def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -88,7 +90,7 @@ def test_unit_tests_catch_a_rule_that_lost_xid_79(tmp_path: Path) -> None:
     ]
     write_export(MetricRuleSet(broken), tmp_path)
     shutil.copytree(ALERT_RULES / "tests", tmp_path / "tests")
-    result = promtool("test", "rules", *(str(tmp_path / "tests" / p.name) for p in UNIT_TESTS))
+    result = promtool("test", "rules", *(str(tmp_path / "tests" / p.name) for p in DETECTION_TESTS))
     assert result.returncode != 0 and "GpuXidDrainAndReset" in result.stdout + result.stderr
 
 
@@ -98,9 +100,14 @@ def test_cli_export_then_check(tmp_path: Path) -> None:
     assert exported.exit_code == 0, exported.output
     assert (tmp_path / EXPORT_FILE_NAME).read_text() == COMMITTED.read_text()
     shutil.copytree(ALERT_RULES / "tests", tmp_path / "tests")
+    for name in ("argus-health.rules.yml", "alertmanager.yml"):
+        shutil.copy(ALERT_RULES / name, tmp_path / name)
     checked = runner.invoke(cli(), ["rules", "check", "--out", str(tmp_path)])
     assert checked.exit_code == 0, checked.output
-    assert "promtool test rules (2 files): ok" in checked.output
+    said = " ".join(checked.output.split())  # rich wraps long paths
+    assert f"promtool test rules ({len(UNIT_TESTS)} files): ok" in said
+    assert "argus-health.rules.yml reads only metrics Argus exports" in said
+    assert "alertmanager.yml: ok" in said
 
     (tmp_path / EXPORT_FILE_NAME).write_text(COMMITTED.read_text().replace("for: 2m", "for: 3m"))
     stale = runner.invoke(cli(), ["rules", "check", "--out", str(tmp_path)])
@@ -153,6 +160,11 @@ def test_exported_alert_reaches_alertmanager_with_the_summary_argus_writes(prome
             prometheus.reload()
 
 
+def test_the_detection_unit_tests_are_found() -> None:
+    assert len(DETECTION_TESTS) >= 2, "alert_rules/tests/*.yml no longer test argus-detections.rules.yml"
+
+
 @pytest.mark.parametrize("path", UNIT_TESTS, ids=lambda p: p.name)
-def test_unit_tests_point_at_the_export(path: Path) -> None:
-    assert yaml.safe_load(path.read_text())["rule_files"] == [f"../{EXPORT_FILE_NAME}"]
+def test_unit_tests_point_at_a_shipped_rule_file(path: Path) -> None:
+    [rule_file] = yaml.safe_load(path.read_text())["rule_files"]
+    assert rule_file in (f"../{EXPORT_FILE_NAME}", "../argus-health.rules.yml")

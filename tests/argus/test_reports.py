@@ -122,3 +122,52 @@ def test_llm_settings_are_validated() -> None:
     assert "s3cret" not in settings.model_dump_json()
     with pytest.raises(Exception, match="llm_method"):
         load_settings(None, llm_method="telepathy")
+
+
+def test_a_slow_llm_pass_does_not_hold_up_the_next_incidents_first_report(store: Store, shared: Path) -> None:
+    """The LLM takes a minute per report on a CPU; a new incident's deterministic report must come at once."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from rca.llm import LlmWriter
+
+    release = threading.Event()
+
+    class Stuck(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            release.wait(30)
+            self.send_response(503)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Stuck)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    writer = LlmWriter(f"http://127.0.0.1:{server.server_address[1]}/v1", "m", timeout_s=30, max_retries=0)
+    reports = ReportService(store, RcaEngine(load_rules([]), Redactor, writer=writer), shared)
+    reports.start()
+    try:
+        first = open_incident(store)
+        reports.submit(first)
+        wait_until("the first incident's deterministic report", lambda: store.reports_for(first), timeout=30)
+        second_finding = Finding(category=Category.GPU_OOM, reason="CudaOom", summary="CUDA out of memory",
+                                 subject=Subject(kind=SubjectKind.JOB, id="rl-20260501T120000Z-cd34"),
+                                 severity=Severity.CRITICAL, evidence=(Evidence(source="log", text="CUDA oom"),),
+                                 first_seen=datetime(2026, 5, 1, 12, 1, tzinfo=timezone.utc))
+        second, _ = store.record_finding(second_finding)
+        reports.submit(second.id)
+        # the LLM pass of the first incident is still stuck in the server while the second's report is written
+        wait_until("the second incident's deterministic report", lambda: store.reports_for(second.id), timeout=20)
+        assert not release.is_set() and len(store.reports_for(first)) == 1 and not reports.idle()
+        release.set()
+        wait_until("both LLM passes to end", reports.idle, timeout=60)
+        assert [r.generator for r in store.reports_for(first)] == ["deterministic", "deterministic"]
+        assert store.reports_for(first)[-1].data["llm"]["ok"] is False  # the failed pass says so
+    finally:
+        release.set()
+        reports.stop(timeout_s=10)
+        server.shutdown()
+        server.server_close()

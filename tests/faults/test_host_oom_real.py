@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from argus.localstack.jobs import JOBS_DIR
 from argus.localstack.ray_cluster import RayCluster
 from collectors.ray_state import RayStateCollector
 from core.types import Category, SignalKind
@@ -31,7 +32,7 @@ from detectors.job_failure import JobFailureDetector
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(420)]
 
-SCRIPT = Path(__file__).resolve().parent / "jobs" / "host_oom.py"
+SCRIPT = JOBS_DIR / "host_oom.py"
 GIB = 1 << 30
 MAX_BUDGET = int(1.5 * GIB)
 HEADROOM = 512 << 20  # the threshold sits this far above current use; the task needs to add about this much

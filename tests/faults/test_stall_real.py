@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from argus.localstack.jobs import JOBS_DIR
 from argus.localstack.ray_cluster import RayCluster
 from collectors.ray_state import RayStateCollector
 from core.types import Category, Finding, Signal, SignalKind, Subject, SubjectKind, utcnow
@@ -29,7 +30,7 @@ pytest.importorskip("torch", reason="the stall test needs torch==2.13.0 (CPU bui
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
 
-SCRIPT = Path(__file__).resolve().parent / "jobs" / "gloo_steps.py"
+SCRIPT = JOBS_DIR / "gloo_steps.py"
 GLOO_TIMEOUT_S = 120  # the job's c10d timeout: the baseline Argus must beat
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 

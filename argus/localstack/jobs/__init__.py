@@ -1,0 +1,11 @@
+"""Small real Ray jobs for the local stack: the fault tests and `argus demo` submit these files as they are.
+
+- host_oom.py: a task that eats host memory until Ray's OOM killer kills it;
+- gloo_steps.py: a 2-rank torch.distributed (gloo) loop printing "step N", optionally stalling;
+- cuda_oom.py: a rank that fails the way PyTorch's CUDA allocator does (simulated: no GPU here);
+- idle_gpus.py: an actor that holds GPUs and does nothing with them.
+"""
+
+from pathlib import Path
+
+JOBS_DIR = Path(__file__).resolve().parent

@@ -1,0 +1,63 @@
+"""A training rank that dies of CUDA out-of-memory, for `argus demo` on machines without a GPU.
+
+Simulated: there is no GPU here, so the rank cannot exhaust one. It holds a GPU through Ray (the cluster
+advertises GPUs the DCGM simulator reports), trains a few steps on the CPU, then raises the exception
+PyTorch's CUDA caching allocator raises, `torch.OutOfMemoryError`, with the allocator's message shape
+(figures from --total-gib / --tried-gib). Everything after the raise is real: Ray fails the actor call,
+the driver's traceback ends the job, and Argus reads it from the job's logs and state like any other.
+On a machine with a GPU use --real, which allocates on the GPU until the allocator really fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import ray
+
+
+@ray.remote(num_cpus=0, num_gpus=1, max_restarts=0)
+class Rank:
+    def train(self, steps: int, total_gib: float, tried_gib: float, real: bool) -> None:
+        import torch
+
+        for step in range(1, steps + 1):
+            time.sleep(0.3)
+            print(f"step {step} loss={2.0 / step:.4f}", flush=True)
+        if real:  # a real GPU: allocate until the caching allocator gives up
+            blocks = []
+            while True:
+                blocks.append(torch.empty(int(tried_gib * (1 << 30)), dtype=torch.uint8, device="cuda"))
+        free_mib = 18.0
+        in_use = total_gib - free_mib / 1024
+        raise torch.OutOfMemoryError(
+            f"CUDA out of memory. Tried to allocate {tried_gib:.2f} GiB. GPU 0 has a total capacity of "
+            f"{total_gib:.2f} GiB of which {free_mib:.2f} MiB is free. Process {_pid()} has {in_use:.2f} GiB "
+            f"memory in use. Of the allocated memory {in_use - 0.9:.2f} GiB is allocated by PyTorch, and "
+            "912.40 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large "
+            "try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+        )
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--node", default="worker1", help="custom resource of the node to run on")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--total-gib", type=float, default=79.15)
+    parser.add_argument("--tried-gib", type=float, default=2.0)
+    parser.add_argument("--real", action="store_true", help="really allocate on a GPU until it fails")
+    args = parser.parse_args()
+    ray.init()
+    rank = Rank.options(resources={args.node: 0.1}).remote()
+    print(f"training on {args.node} with micro_batch_size=16", flush=True)
+    ray.get(rank.train.remote(args.steps, args.total_gib, args.tried_gib, args.real))
+
+
+if __name__ == "__main__":
+    main()

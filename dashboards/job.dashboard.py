@@ -1,0 +1,89 @@
+"""One Ray job (variable: submission_id): its GPUs' utilisation, memory, power and temperature, its step
+rate, and Argus's incidents as annotations. Built by `argus dashboards build` into job.json."""
+
+from argus_panels import (
+    ARGUS_TAG,
+    annotations,
+    dashboard_links,
+    datasource_variable,
+    incident_annotation,
+    layout,
+    node_ip,
+    query_variable,
+    row,
+    stat,
+    table,
+    target,
+    targets,
+    timeseries,
+)
+from grafanalib.core import Dashboard, Templating, Time
+
+JOB = 'submission_id="$submission_id"'
+JOB_GPUS = f"argus_job_gpus{{{JOB}}}"
+
+
+def on_job_nodes(dcgm_expr: str) -> str:
+    """The DCGM series of the nodes where the job holds GPUs.
+
+    Ray does not say which GPU indices a job got, so on a node the job shares with another job this shows
+    every GPU of the node; on nodes the job has to itself (the usual case for training) it is exact.
+    """
+    return f"{node_ip(dcgm_expr)} and on (node_ip) {JOB_GPUS}"
+
+
+GPU_LEGEND = "{{node_ip}} GPU {{gpu}}"
+
+panels = [
+    row("Placement"),
+    stat("GPUs held", [target(f"sum({JOB_GPUS})")], description="GPUs the job holds, over all its nodes."),
+    stat("Nodes", [target(f"count({JOB_GPUS})")], description="Nodes where the job holds GPUs."),
+    stat("Mean GPU utilisation", [target(f"avg({on_job_nodes('DCGM_FI_DEV_GPU_UTIL')})")], unit="percent",
+         no_value="no data"),
+    stat("Last step", [target(f"max(argus_job_step{{{JOB}}})")], no_value="none seen",
+         description="The last training step Argus read in the job's logs."),
+    table(
+        "Where the job runs",
+        [target(f"sum by (node_ip, node_id, owner, job_id) ({JOB_GPUS})", instant=True, table=True)],
+        rename={"node_ip": "node", "Value": "GPUs"}, width=24, height=5,
+    ),
+    row("GPUs"),
+    timeseries("GPU utilisation", targets((on_job_nodes("DCGM_FI_DEV_GPU_UTIL"), GPU_LEGEND)),
+               unit="percent", max_value=100, legend_table=True,
+               description="DCGM_FI_DEV_GPU_UTIL of the GPUs on the job's nodes."),
+    timeseries("GPU memory used", targets((on_job_nodes("DCGM_FI_DEV_FB_USED * 1048576"), GPU_LEGEND)),
+               unit="bytes", legend_table=True, description="Framebuffer memory in use (DCGM_FI_DEV_FB_USED)."),
+    timeseries("GPU power", targets((on_job_nodes("DCGM_FI_DEV_POWER_USAGE"), GPU_LEGEND)),
+               unit="watt", legend_table=True),
+    timeseries("GPU temperature", targets((on_job_nodes("DCGM_FI_DEV_GPU_TEMP"), GPU_LEGEND)),
+               unit="celsius", legend_table=True),
+    row("Progress"),
+    timeseries(
+        "Step rate",
+        targets(
+            (f"deriv(argus_job_step{{{JOB}}}[$__rate_interval])", "steps/s (from step counter)"),
+            (f"1 / argus_job_step_interval_seconds{{{JOB}}}", "steps/s (last step interval)"),
+        ),
+        unit="short",
+        description="Training steps per second, from the step numbers Argus reads in the job's logs.",
+    ),
+    timeseries("Step", targets((f"argus_job_step{{{JOB}}}", "step")), unit="short",
+               description="The last training step Argus has seen; a flat line while GPUs idle is a stall."),
+]
+
+dashboard = Dashboard(
+    title="Argus / Job",
+    uid="argus-job",
+    description="One Ray job: its GPUs, its progress and Argus's incidents about it.",
+    tags=[ARGUS_TAG],
+    timezone="browser",
+    time=Time("now-6h", "now"),
+    refresh="30s",
+    links=dashboard_links(),
+    templating=Templating(list=[
+        datasource_variable(),
+        query_variable("submission_id", "Job (submission id)", "label_values(argus_job_gpus, submission_id)"),
+    ]),
+    annotations=annotations(incident_annotation(JOB)),
+    panels=layout(panels),
+)
