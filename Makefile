@@ -6,13 +6,15 @@ STAMP := $(VENV)/.argus-installed
 
 .PHONY: demo test setup system-deps lint clean llm dashboards
 
+# `make demo DEMO_ARGS=--keep` leaves the stack (and the web page) up until Ctrl-C.
 demo: setup
-	$(VENV)/bin/argus demo
+	$(VENV)/bin/argus demo $(DEMO_ARGS)
 
 # The LLM tests run against the real local model: `llm` is cached, so after the first build it costs nothing,
-# and ARGUS_REQUIRE_LLM=1 turns a missing model into a failure instead of a skip.
+# and ARGUS_REQUIRE_LLM=1 turns a missing model into a failure instead of a skip (ARGUS_REQUIRE_BROWSER=1 does the
+# same for the web page's browser test, whose chromium comes with the system packages).
 test: setup llm
-	ARGUS_REQUIRE_LLM=1 $(PY) -m pytest $(PYTEST_ARGS)
+	ARGUS_REQUIRE_LLM=1 ARGUS_REQUIRE_BROWSER=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 setup: $(STAMP) system-deps
 

@@ -209,7 +209,7 @@ def demo(
     keep: Annotated[bool, typer.Option(help="leave the stack running until Ctrl-C at the end")] = False,
     work_dir: Annotated[Path, typer.Option(help="where the demo keeps its state and logs")] = Path(".stack/demo"),
 ) -> None:
-    """Bring up a local Ray cluster and its monitoring, kill a worker, and show Argus detect it."""
+    """Bring up a local Ray cluster and its monitoring, cause six faults, and show Argus detect, explain and act."""
     from argus.demo import run_demo
     raise typer.Exit(run_demo(work_dir=work_dir, keep=keep, console=out))
 
