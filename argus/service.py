@@ -35,6 +35,8 @@ class ArgusService:
         from argus.daemon import Daemon
         from argus.exporter import ArgusMetrics
         from argus.notify.message import approval_links_for
+        from argus.web.sessions import Sessions, secret_in
+        from argus.web.ui import WebUi
         from argus.wiring import (
             build_approval_links,
             build_control,
@@ -79,6 +81,8 @@ class ArgusService:
             remediator.plan(incident)
 
         app.state.on_alert_incident = on_alert_incident
+        # The web page's sessions are signed with a secret kept in the data dir: they survive a restart.
+        app.state.web = WebUi(Sessions(secret_in(settings.data_dir)))
         app.state.approval_links = links
         if dispatcher is not None:
             app.state.on_incident_change = dispatcher.notify_state_change

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the real test stack and the demo run: Prometheus, Alertmanager, sshd.
+# Installs the Debian packages the real test stack and the demo run: Prometheus, Alertmanager, sshd, and
+# chromium (the web page's browser test).
 # Idempotent and quick when everything is there; says exactly what to do when it cannot install.
 set -euo pipefail
 
@@ -12,6 +13,7 @@ have amtool || need+=(prometheus-alertmanager)
 have sshd || need+=(openssh-server)
 have ssh-keygen || need+=(openssh-client)
 have ssh || need+=(openssh-client)
+have chromium || need+=(chromium)
 
 [ ${#need[@]} -eq 0 ] && exit 0
 # unique, in order

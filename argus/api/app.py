@@ -14,6 +14,7 @@ from argus.api.limits import MAX_BODY_BYTES, BodyLimit
 from argus.control_plane import ControlPlane
 from argus.exporter import ArgusMetrics, metrics_router
 from argus.store.tokens import Role
+from argus.web import install as install_web
 
 
 def create_app(
@@ -48,5 +49,6 @@ def create_app(
     app.include_router(alerts.router)
     if metrics is not None:
         app.include_router(metrics_router(metrics))
+    install_web(app)  # the web page under /ui (and GET / leading there), out of the OpenAPI schema
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # added last: the outermost of ours
     return app
