@@ -42,7 +42,7 @@ DEMO_SETTINGS = {
     "stall_min_s": 20.0,  # instead of 60: the demo's job prints a step every 0.5 s
     "idle_gpu_window_s": 30.0,  # instead of 10 minutes
     "remediation_interval_s": 1.0,
-    "rca_token_budget": 3000,  # half the default: the local LLM on a laptop CPU reads about 60 tokens/s
+    "rca_token_budget": 1500,  # a quarter of the default: the local LLM on a 2-core CPU reads about 60 tokens/s
 }
 POLICY = DEFAULT_POLICY.parent / "demo.yaml"
 
@@ -75,6 +75,7 @@ def run_demo(*, work_dir: Path, keep: bool, console: Console) -> int:
     install_exit_handlers()
     started = time.time()
     console.rule("[bold]Argus demo: six faults on a real Ray cluster, detected, explained, remediated")
+    stack: _Stack | None = None
     try:
         stack = _Stack(work_dir)
         with _progress(console) as progress:
@@ -97,6 +98,8 @@ def run_demo(*, work_dir: Path, keep: bool, console: Console) -> int:
         return 130
     finally:
         with console.status("stopping everything the demo started"):
+            if stack is not None and stack.argus is not None:
+                stack.argus.stop()  # Argus first: a worker stopped under a running Argus is a lost node to it
             REGISTRY.stop_all()
         console.print(f"stopped; logs kept under {work_dir} (Argus's own: {work_dir / 'argus.log'})")
 
@@ -204,6 +207,7 @@ class _Stack:
         self.work_dir = work_dir
         self.shared = work_dir / "argus" / "shared"
         self.llm: Any = None
+        self.argus: _ArgusInThread | None = None
         self.web_url = self.argus_url = self.prometheus_url = ""
         self.operator_token = ""
 
@@ -274,14 +278,16 @@ class _Stack:
         """Fill a row from Argus's store: its incident, the incident's actions and reports."""
         if row.injection is None:
             return
-        if row.injection.at_job_end and (ended := self.context.ended_at(row.injection.submission_id)):
-            row.injection.at, row.injection.at_job_end = ended, False
         if row.incident is None:
             recent = self.store.list_incidents(limit=50)
             mine = [i for i in recent if is_its_incident(i, row.injection)]
             if not mine:
                 return
             row.incident = min(mine, key=lambda i: i.detected_at)
+        if row.injection.at_job_end and (ended := self.context.ended_at(row.injection.submission_id)):
+            # the fault is when it showed: the first evidence, or Ray's end of the job if that came first
+            row.injection.at = min(ended, row.incident.first_seen.timestamp())
+            row.injection.at_job_end = False
         row.incident = self.store.get_incident(row.incident.id)
         row.actions = self.store.list_actions(row.incident.id)
         row.reports = self.store.reports_for(row.incident.id)
@@ -359,6 +365,7 @@ class _ArgusInThread:
         self._records: list[Any] = []
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        self._stopped = False
 
     def start(self) -> None:
         import uvicorn
@@ -389,6 +396,12 @@ class _ArgusInThread:
             return False
 
     def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if getattr(self, "service", None) is not None and self.service.daemon is not None:
+            self.service.daemon.stop()  # no more detection while the stack goes down
+            self.service.daemon = None
         if self._server is not None:
             self._server.should_exit = True
             if self._thread:

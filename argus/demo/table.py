@@ -56,8 +56,12 @@ class Row:
     def report(self) -> str:
         if not self.reports:
             return "—" if self.incident is None else "writing…"
-        llm = [r for r in self.reports if r.generator.startswith("llm")]
-        return f"{self.incident.id}\nrules" + (" + LLM" if llm else "")
+        if any(r.generator.startswith("llm") for r in self.reports):
+            return f"{self.incident.id}\nrules + LLM"
+        tried = [r.data["llm"] for r in self.reports if isinstance(r.data.get("llm"), dict)]
+        if tried:  # the LLM's pass came back, but failed or was overruled by the evidence
+            return f"{self.incident.id}\nrules (LLM {'failed' if not tried[-1].get('ok') else 'overruled'})"
+        return f"{self.incident.id}\nrules"
 
 
 def render(rows: list[Row], *, started: float, title: str) -> Table:
