@@ -72,7 +72,7 @@ class LlmWriter:
         max_retries: int = 1,
         method: Method = "json_schema",
         temperature: float = 0.0,
-        max_tokens: int = 600,
+        max_tokens: int = 1024,  # 600 cut off a 1.5B model's answers with long evidence lists (demo, 3 of 6)
         prompts: Path = PROMPTS,
     ) -> None:
         from langchain_openai import ChatOpenAI
