@@ -2,12 +2,8 @@
 notifications, collector errors and the detection loop. Built by `argus dashboards build`."""
 
 from argus_panels import (
-    ARGUS_TAG,
-    annotations,
-    dashboard_links,
-    datasource_variable,
+    argus_dashboard,
     incident_annotation,
-    layout,
     row,
     stat,
     table,
@@ -15,7 +11,6 @@ from argus_panels import (
     targets,
     timeseries,
 )
-from grafanalib.core import Dashboard, Templating, Time
 
 
 def latency_quantile(q: str, window: str, by: str = "le, category") -> str:
@@ -108,16 +103,8 @@ panels = [
                unit="s"),
 ]
 
-dashboard = Dashboard(
-    title="Argus / Argus",
-    uid="argus-self",
-    description="Argus's own health: what it finds, how fast, what it does about it, and whether it can see.",
-    tags=[ARGUS_TAG],
-    timezone="browser",
-    time=Time("now-24h", "now"),
-    refresh="1m",
-    links=dashboard_links(),
-    templating=Templating(list=[datasource_variable()]),
-    annotations=annotations(incident_annotation(enabled=False)),
-    panels=layout(panels),
+dashboard = argus_dashboard(
+    "Argus / Argus", "argus-self",
+    "Argus's own health: what it finds, how fast, what it does about it, and whether it can see.",
+    panels, incidents=incident_annotation(enabled=False),
 )

@@ -12,6 +12,7 @@ from typing import Any
 
 from grafanalib.core import (
     Annotations,
+    Dashboard,
     DashboardLink,
     GridPos,
     RowPanel,
@@ -19,6 +20,8 @@ from grafanalib.core import (
     Table,
     Target,
     Template,
+    Templating,
+    Time,
     TimeSeries,
 )
 
@@ -214,3 +217,21 @@ def annotations(*items: dict[str, Any]) -> Annotations:
 def dashboard_links() -> list[DashboardLink]:
     """A menu of the other Argus dashboards, carrying the time range along."""
     return [DashboardLink(title="Argus dashboards", tags=[ARGUS_TAG], asDropdown=True, keepTime=True)]
+
+
+def argus_dashboard(title: str, uid: str, description: str, panels: list[Any], *, variables: Sequence[Template] = (),
+                    incidents: dict[str, Any], time_from: str = "now-24h", refresh: str = "1m") -> Dashboard:
+    """One Argus dashboard: the shared tag, link menu and datasource variable, then its own variables."""
+    return Dashboard(
+        title=title,
+        uid=uid,
+        description=description,
+        tags=[ARGUS_TAG],
+        timezone="browser",
+        time=Time(time_from, "now"),
+        refresh=refresh,
+        links=dashboard_links(),
+        templating=Templating(list=[datasource_variable(), *variables]),
+        annotations=annotations(incidents),
+        panels=layout(panels),
+    )

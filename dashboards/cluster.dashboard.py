@@ -2,13 +2,9 @@
 user and job, node health, interruptions per day. Built by `argus dashboards build` into cluster.json."""
 
 from argus_panels import (
-    ARGUS_TAG,
-    annotations,
+    argus_dashboard,
     custom_variable,
-    dashboard_links,
-    datasource_variable,
     incident_annotation,
-    layout,
     node_ip,
     row,
     stat,
@@ -17,7 +13,6 @@ from argus_panels import (
     targets,
     timeseries,
 )
-from grafanalib.core import Dashboard, Templating, Time
 
 # A GPU under this utilisation (%) counts as idle, as Argus's idle_gpu detector sees it (default 5).
 IDLE_BELOW = "$idle_below"
@@ -128,19 +123,9 @@ panels = [
     ),
 ]
 
-dashboard = Dashboard(
-    title="Argus / Cluster",
-    uid="argus-cluster",
-    description="GPU utilisation, allocation and idleness, GPU-hours, node health and interruptions.",
-    tags=[ARGUS_TAG],
-    timezone="browser",
-    time=Time("now-24h", "now"),
-    refresh="1m",
-    links=dashboard_links(),
-    templating=Templating(list=[
-        datasource_variable(),
-        custom_variable("idle_below", "Idle below (% util)", ["5", "1", "10", "20"]),
-    ]),
-    annotations=annotations(incident_annotation(enabled=False)),
-    panels=layout(panels),
+dashboard = argus_dashboard(
+    "Argus / Cluster", "argus-cluster",
+    "GPU utilisation, allocation and idleness, GPU-hours, node health and interruptions.",
+    panels, variables=[custom_variable("idle_below", "Idle below (% util)", ["5", "1", "10", "20"])],
+    incidents=incident_annotation(enabled=False),
 )

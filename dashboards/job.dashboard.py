@@ -2,12 +2,8 @@
 rate, and Argus's incidents as annotations. Built by `argus dashboards build` into job.json."""
 
 from argus_panels import (
-    ARGUS_TAG,
-    annotations,
-    dashboard_links,
-    datasource_variable,
+    argus_dashboard,
     incident_annotation,
-    layout,
     node_ip,
     query_variable,
     row,
@@ -17,7 +13,6 @@ from argus_panels import (
     targets,
     timeseries,
 )
-from grafanalib.core import Dashboard, Templating, Time
 
 JOB = 'submission_id="$submission_id"'
 JOB_GPUS = f"argus_job_gpus{{{JOB}}}"
@@ -71,19 +66,9 @@ panels = [
                description="The last training step Argus has seen; a flat line while GPUs idle is a stall."),
 ]
 
-dashboard = Dashboard(
-    title="Argus / Job",
-    uid="argus-job",
-    description="One Ray job: its GPUs, its progress and Argus's incidents about it.",
-    tags=[ARGUS_TAG],
-    timezone="browser",
-    time=Time("now-6h", "now"),
-    refresh="30s",
-    links=dashboard_links(),
-    templating=Templating(list=[
-        datasource_variable(),
-        query_variable("submission_id", "Job (submission id)", "label_values(argus_job_gpus, submission_id)"),
-    ]),
-    annotations=annotations(incident_annotation(JOB)),
-    panels=layout(panels),
+dashboard = argus_dashboard(
+    "Argus / Job", "argus-job", "One Ray job: its GPUs, its progress and Argus's incidents about it.",
+    panels, variables=[query_variable("submission_id", "Job (submission id)",
+                                      "label_values(argus_job_gpus, submission_id)")],
+    incidents=incident_annotation(JOB), time_from="now-6h", refresh="30s",
 )

@@ -2,12 +2,8 @@
 replays per GPU; Ray's view of the node's CPU, memory and disk. Built by `argus dashboards build`."""
 
 from argus_panels import (
-    ARGUS_TAG,
-    annotations,
-    dashboard_links,
-    datasource_variable,
+    argus_dashboard,
     incident_annotation,
-    layout,
     on_node,
     query_variable,
     row,
@@ -17,7 +13,6 @@ from argus_panels import (
     targets,
     timeseries,
 )
-from grafanalib.core import Dashboard, Templating, Time
 
 # dcgm-exporter's series of this node: scraped at <node IP>:<port>.
 DCGM_ON_NODE = on_node("node")
@@ -110,19 +105,9 @@ panels = [
     ),
 ]
 
-dashboard = Dashboard(
-    title="Argus / Node",
-    uid="argus-node",
-    description="One node: its GPUs as dcgm-exporter sees them and its CPU, memory and disk as Ray sees them.",
-    tags=[ARGUS_TAG],
-    timezone="browser",
-    time=Time("now-6h", "now"),
-    refresh="30s",
-    links=dashboard_links(),
-    templating=Templating(list=[
-        datasource_variable(),
-        query_variable("node", "Node (IP)", "label_values(ray_node_cpu_utilization, ip)"),
-    ]),
-    annotations=annotations(incident_annotation('node="$node"')),
-    panels=layout(panels),
+dashboard = argus_dashboard(
+    "Argus / Node", "argus-node",
+    "One node: its GPUs as dcgm-exporter sees them and its CPU, memory and disk as Ray sees them.",
+    panels, variables=[query_variable("node", "Node (IP)", "label_values(ray_node_cpu_utilization, ip)")],
+    incidents=incident_annotation('node="$node"'), time_from="now-6h", refresh="30s",
 )
