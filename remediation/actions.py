@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ ACTOR = "argus-remediation"
 MAX_STACKS = 64
 KERNEL_LOG = ["sh", "-c", "dmesg -T 2>/dev/null | tail -n 300 || journalctl -k -n 300 --no-pager"]
 RAY_BIN = str(Path(sys.executable).parent / "ray")
+ENDED_BEFORE_SLACK = timedelta(seconds=30)  # see _ended_apart
 
 
 @dataclass(frozen=True)
@@ -334,13 +335,15 @@ def _resubmit_one(ctx: Context, incident: Incident, sid: str, dry_run: bool) -> 
     if "verl" in entry and "resume_mode" not in entry:
         entry = f"{entry} trainer.resume_mode=auto"
     checkpoint = _latest_checkpoint(job_dir)
-    if dry_run:
-        return {"job": sid, "state": "would", "new": new_sid,
-                "message": f"would resubmit {sid} as {new_sid}" + (f" from {checkpoint.name}" if checkpoint else "")}
     try:
         record = ctx.jobs.get(sid)
     except NotFound:
         record = None
+    if record is not None and (why := _ended_apart(record, incident, job_dir)):
+        return {"job": sid, "state": "skipped", "message": f"job {sid} {why}: not resubmitted"}
+    if dry_run:
+        return {"job": sid, "state": "would", "new": new_sid,
+                "message": f"would resubmit {sid} as {new_sid}" + (f" from {checkpoint.name}" if checkpoint else "")}
     if record is not None and not record.ended:
         ctx.jobs.stop(sid, reason=f"resubmitting as {new_sid} (incident {incident.id})")
         deadline = time.monotonic() + ctx.stop_wait_s
@@ -369,6 +372,30 @@ def _resubmit_one(ctx: Context, incident: Incident, sid: str, dry_run: bool) -> 
     logger.bind(incident=incident.id).info("resubmitted {} as {} (attempt {})", sid, new_sid, attempt + 1)
     return {"job": sid, "state": "submitted", "new": new_sid, "attempt": attempt + 1,
             "message": f"resubmitted {sid} as {new_sid}" + (f" from {checkpoint.name}" if checkpoint else "")}
+
+
+def _ended_apart(record: Any, incident: Incident, job_dir: Path) -> str | None:
+    """Why a job that already ended is none of this incident's business, or None when it is.
+
+    A lost node names every job that ever had work there; one that finished, was stopped (by a person, by a
+    timeout, or by an earlier resubmission), or failed well before this fault must not come back because of
+    it. A job this incident's own step stopped (a run repeated after a crash) is still this incident's. The
+    slack covers failures whose evidence was read a poll or two after the job ended."""
+    if not record.ended:
+        return None
+    if record.status == "SUCCEEDED":
+        return "had already succeeded"
+    if record.status == "STOPPED" or record.mark in ("stopped", "timed_out"):
+        try:
+            reason = json.loads((job_dir / "config" / "status.json").read_text(encoding="utf-8")).get("reason", "")
+        except (OSError, ValueError, AttributeError):
+            reason = ""
+        if f"(incident {incident.id})" in str(reason):
+            return None
+        return "had been stopped on purpose" + (f" ({reason})" if reason else "")
+    if record.ended_at is not None and record.ended_at < incident.first_seen - ENDED_BEFORE_SLACK:
+        return f"had already ended ({record.status}) at {record.ended_at:%H:%M:%S}, before this fault"
+    return None
 
 
 def _latest_checkpoint(job_dir: Path) -> Path | None:

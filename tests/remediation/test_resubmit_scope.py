@@ -1,0 +1,59 @@
+"""Which jobs a resubmit step brings back. A lost node names every job that ever had work there; the demo
+showed Argus resubmitting jobs that had failed, or been stopped, a minute before the node died."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from control.jobs import JobRecord
+from core.types import Category, Incident, IncidentState, Severity, Subject, SubjectKind
+from remediation.actions import _ended_apart
+
+FAULT = datetime(2026, 11, 22, 8, 19, 50, tzinfo=timezone.utc)
+SID = "grpo-20261122T081944Z-71d9"
+
+
+def incident(incident_id: str = "inc-c3d630c2db4d") -> Incident:
+    return Incident(id=incident_id, fingerprint="f", category=Category.NODE_LOST,
+                    subject=Subject(kind=SubjectKind.NODE, id="n1", name="127.0.0.3"), state=IncidentState.OPEN,
+                    severity=Severity.CRITICAL, summary="node died", reason="RayNodeDead", first_seen=FAULT,
+                    last_seen=FAULT, detected_at=FAULT + timedelta(seconds=1))
+
+
+def record(status: str, ended: datetime | None, mark: str | None = None) -> JobRecord:
+    return JobRecord(submission_id=SID, status=status, job_dir=None, ended_at=ended, mark=mark)
+
+
+def marked(tmp_path: Path, reason: str) -> Path:
+    (tmp_path / "config").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config" / "status.json").write_text(json.dumps({"mark": "stopped", "reason": reason}))
+    return tmp_path
+
+
+def test_jobs_the_fault_hit_are_resubmitted(tmp_path: Path) -> None:
+    assert _ended_apart(record("RUNNING", None), incident(), tmp_path) is None  # a hung job: stopped, then resubmitted
+    # the rank died with the node: Ray ends the job a little after the node's death
+    assert _ended_apart(record("FAILED", FAULT + timedelta(seconds=3)), incident(), tmp_path) is None
+    # evidence read a poll after the job ended still counts as this fault
+    assert _ended_apart(record("FAILED", FAULT - timedelta(seconds=10)), incident(), tmp_path) is None
+
+
+def test_jobs_that_ended_apart_from_the_fault_stay_ended(tmp_path: Path) -> None:
+    assert "succeeded" in _ended_apart(record("SUCCEEDED", FAULT - timedelta(hours=1)), incident(), tmp_path)
+    early = _ended_apart(record("FAILED", FAULT - timedelta(seconds=57)), incident(), tmp_path)
+    assert early and "before this fault" in early
+    stopped = _ended_apart(record("STOPPED", FAULT - timedelta(seconds=32), "stopped"), incident(),
+                           marked(tmp_path, "stop requested"))
+    assert stopped and "stopped on purpose (stop requested)" in stopped
+    assert "stopped on purpose" in _ended_apart(record("STOPPED", FAULT, "timed_out"), incident(), tmp_path / "x")
+
+
+def test_a_job_this_incident_stopped_is_still_its_own_after_a_crash(tmp_path: Path) -> None:
+    """The resubmit step stops a hung job first; a run repeated after a crash must go on to submit."""
+    job_dir = marked(tmp_path, f"resubmitting as {SID}-r1 (incident inc-c3d630c2db4d)")
+    assert _ended_apart(record("STOPPED", FAULT + timedelta(seconds=5), "stopped"), incident(), job_dir) is None
+    other = _ended_apart(record("STOPPED", FAULT + timedelta(seconds=5), "stopped"), incident("inc-000000000000"),
+                         job_dir)
+    assert other and "stopped on purpose" in other
