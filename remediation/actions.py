@@ -39,6 +39,7 @@ from control.nodes import NodeRecord, NodeRegistry, NodeState
 from control.ssh import CommandRunner
 from core.errors import ArgusError, Conflict, NotFound
 from core.types import ActionState, Incident, SubjectKind, utcnow
+from detectors.timestamps import parse_iso
 
 ACTOR = "argus-remediation"
 MAX_STACKS = 64
@@ -379,7 +380,8 @@ def _ended_apart(record: Any, incident: Incident, job_dir: Path) -> str | None:
 
     A lost node names every job that ever had work there; one that finished, was stopped (by a person, by a
     timeout, or by an earlier resubmission), or failed well before this fault must not come back because of
-    it. A job this incident's own step stopped (a run repeated after a crash) is still this incident's. The
+    it (the fault's time: the node's death where known, else the incident's first evidence). A job this
+    incident's own step stopped (a run repeated after a crash) is still this incident's. The
     slack covers failures whose evidence was read a poll or two after the job ended."""
     if not record.ended:
         return None
@@ -393,7 +395,9 @@ def _ended_apart(record: Any, incident: Incident, job_dir: Path) -> str | None:
         if f"(incident {incident.id})" in str(reason):
             return None
         return "had been stopped on purpose" + (f" ({reason})" if reason else "")
-    if record.ended_at is not None and record.ended_at < incident.first_seen - ENDED_BEFORE_SLACK:
+    # A node's death time is exact; first_seen may be pulled earlier by echoes filed into the incident.
+    fault_at = parse_iso(incident.attrs.get("died_at")) or incident.first_seen
+    if record.ended_at is not None and record.ended_at < fault_at - ENDED_BEFORE_SLACK:
         return f"had already ended ({record.status}) at {record.ended_at:%H:%M:%S}, before this fault"
     return None
 

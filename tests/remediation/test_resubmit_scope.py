@@ -57,3 +57,12 @@ def test_a_job_this_incident_stopped_is_still_its_own_after_a_crash(tmp_path: Pa
     other = _ended_apart(record("STOPPED", FAULT + timedelta(seconds=5), "stopped"), incident("inc-000000000000"),
                          job_dir)
     assert other and "stopped on purpose" in other
+
+
+def test_the_node_death_time_beats_an_earlier_echo_in_the_incident(tmp_path: Path) -> None:
+    """Echoes filed into a lost-node incident (a stall on another job) can pull first_seen a minute early."""
+    died = FAULT + timedelta(seconds=58)
+    lost = incident().model_copy(update={"attrs": {"died_at": died.isoformat()}})
+    early = _ended_apart(record("FAILED", FAULT + timedelta(seconds=2)), lost, tmp_path)
+    assert early and "before this fault" in early
+    assert _ended_apart(record("FAILED", died + timedelta(seconds=1)), lost, tmp_path) is None
