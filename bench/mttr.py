@@ -20,17 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from argus.localstack.process import poll_until  # noqa: E402
 from argus.localstack.trainer import RESUMABLE_TRAINER  # noqa: E402
-
-
-def wait(what: str, check, timeout: float = 180, interval: float = 0.2):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise SystemExit(f"timed out waiting for {what}")
 
 
 def one_run(cluster, work: Path, run: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -70,8 +61,9 @@ def one_run(cluster, work: Path, run: int) -> dict[str, float]:  # type: ignore[
             return None
         return next((x.split("=", 1)[1] for x in log.splitlines() if x.startswith(key + "=")), None)
 
-    node = wait("the rank", lambda: printed(sid, "RANK_NODE"))
-    wait("a checkpoint", lambda: list((shared / "jobs" / sid / "checkpoints").glob("global_step_*")))
+    node = poll_until("the rank", lambda: printed(sid, "RANK_NODE"), timeout=180)
+    poll_until("a checkpoint", lambda: list((shared / "jobs" / sid / "checkpoints").glob("global_step_*")),
+               timeout=180)
     pipeline.run_once()
     index = next(w.index for w in cluster.workers if w.node_id == node)
     killed = time.time()
@@ -150,4 +142,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from argus.localstack.process import StackTimeout
+
+    try:
+        sys.exit(main())
+    except StackTimeout as exc:  # a step that never came: say which, as before, without a traceback
+        sys.exit(exc.message)

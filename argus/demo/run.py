@@ -28,6 +28,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from argus.demo.faults import FAULTS
 from argus.demo.inject import INJECTORS, DemoContext, is_its_incident
 from argus.demo.table import Row, render
+from argus.localstack.process import poll_until
 from core.errors import ArgusError
 from core.logging import setup_logging
 from core.settings import load_settings
@@ -50,16 +51,6 @@ POLICY = DEFAULT_POLICY.parent / "demo.yaml"
 def _progress(console: Console) -> Progress:
     return Progress(SpinnerColumn(finished_text="[green]✓[/]"), TextColumn("{task.description}"),
                     TimeElapsedColumn(), console=console)
-
-
-def _wait(what: str, check, timeout: float, interval: float = 0.2):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise ArgusError(f"timed out after {timeout:.0f}s waiting for {what}", hint="see the logs under the work dir")
 
 
 def run_demo(*, work_dir: Path, keep: bool, console: Console) -> int:
@@ -262,7 +253,7 @@ class _Stack:
 
         step = progress.add_task("waiting for GPU and Ray metrics in Prometheus", total=None)
         expected = {"gpus": GPUS_PER_WORKER * len(self.sims), "ray_nodes": len(cluster.nodes)}
-        _wait("DCGM and Ray series in Prometheus", lambda: _metric_counts(prometheus.url, expected), timeout=90)
+        poll_until("DCGM and Ray series in Prometheus", lambda: _metric_counts(prometheus.url, expected), timeout=90)
         progress.update(step, description=f"Prometheus has {expected['gpus']} simulated GPUs and "
                         f"{expected['ray_nodes']} Ray nodes", total=1, completed=1)
         api = httpx.Client(base_url=self.argus.url, timeout=30,
@@ -306,7 +297,7 @@ class _Stack:
     def stop_jobs(self) -> None:
         for sid in self.context.running_jobs():
             self.context.api.post(f"/v1/jobs/{sid}/stop")
-        _wait("the demo's jobs to stop", lambda: not self.context.running_jobs(), timeout=60, interval=0.5)
+        poll_until("the demo's jobs to stop", lambda: not self.context.running_jobs(), timeout=60, interval=0.5)
 
     def deliveries(self) -> int:
         return len([r for r in self.receiver.received if r["path"].endswith("/argus")])
@@ -387,7 +378,7 @@ class _ArgusInThread:
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="argus-api", daemon=True)
         self._thread.start()
-        _wait("the Argus API", self._healthy, timeout=30)
+        poll_until("the Argus API", self._healthy, timeout=30)
 
     def _healthy(self) -> bool:
         try:

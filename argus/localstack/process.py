@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import psutil
 from loguru import logger
@@ -39,8 +39,23 @@ class ProcessError(ArgusError):
         self.log_tail = log_tail
 
 
+T = TypeVar("T")
+
+
 class StackTimeout(ArgusError, TimeoutError):
     """A wait on the local stack (a node state, a series, a webhook) ran out of time."""
+
+
+def poll_until(what: str, check: Callable[[], T], timeout: float, interval: float = 0.2) -> T:
+    """The first truthy value of `check()`, polled every `interval` s; StackTimeout naming `what` after
+    `timeout` s (the tests' helper raises AssertionError instead: tests/helpers.py wait_until)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise StackTimeout(f"timed out after {timeout:.0f}s waiting for {what}", hint="see the logs under the work dir")
 
 
 class Stoppable(Protocol):
