@@ -105,7 +105,8 @@ class ArgusMetrics:
             ("collector",), registry=self.registry,
         )
         self.incidents_opened = Counter(
-            "argus_incidents_opened", "Incidents opened by the detection loop", ("category",), registry=self.registry
+            "argus_incidents_opened", "Incidents opened (by the loop or Alertmanager)", ("category",),
+            registry=self.registry,
         )
         self.incident_opened_at = Gauge(
             "argus_incident_opened_timestamp_seconds",
@@ -174,8 +175,6 @@ class ArgusMetrics:
         """After `Pipeline.run_once()`: `observe_tick(result, pipeline.sources)`."""
         for finding in tick.findings:
             self.finding_recorded(finding)
-        for incident in tick.opened:
-            self.incidents_opened.labels(incident.category.value).inc()
         for name, status in sources.items():
             self.set_collector_up(name, status.ok)
             errors = self.collector_errors.labels(name)  # present at 0 from the first tick, so increase() works
@@ -184,6 +183,10 @@ class ArgusMetrics:
         self.tick_duration.observe(max(0.0, tick.duration_s))
         finished = tick.finished_at or tick.started_at + timedelta(seconds=tick.duration_s)
         self.last_tick.set(finished.timestamp())
+
+    def incident_opened(self, incident: Incident) -> None:
+        """An incident opened, from the loop or from Alertmanager (the metrics subscriber calls this)."""
+        self.incidents_opened.labels(incident.category.value).inc()
 
     def declare_channels(self, channels: Iterable[str]) -> None:
         """Start each configured channel's counters at 0: a first failure then shows in increase()."""

@@ -1,4 +1,5 @@
-"""One pass of the loop: collectors -> signals -> detectors -> findings -> incidents -> notifications.
+"""One pass of the loop: collectors -> signals -> detectors -> findings, filed as incidents by the IncidentDesk
+(which tells the subscribers, off this thread).
 
 A collector that cannot reach its source is recorded as down and the others carry on; a detector that
 fails is logged with its name and the loop carries on. What each source last said is kept for the API's
@@ -12,13 +13,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from loguru import logger
 
-from argus.correlate import Correlator, filing_order
+from argus.incidents.correlate import filing_order
+from argus.incidents.desk import IncidentDesk, Outcome
 from core.errors import ArgusError
-from core.ports import Collector, Detector, Notifier
+from core.ports import Collector, Detector
 from core.types import Finding, Incident, Signal, utcnow
 
 
@@ -51,39 +53,21 @@ class TickResult:
     errors: dict[str, str] = field(default_factory=dict)
 
 
-class IncidentSink(Protocol):
-    """What the pipeline needs of the store."""
-
-    def record_finding(self, finding: Finding) -> tuple[Incident, bool]: ...  # pragma: no cover
-
-    def attach_finding(self, incident_id: str, finding: Finding) -> Incident: ...  # pragma: no cover
-
-    def merge_into(self, echo_id: str, root_id: str) -> Incident: ...  # pragma: no cover
-
-    def find_open(self, fingerprint: str) -> Incident | None: ...  # pragma: no cover
-
-
 class Pipeline:
     def __init__(
         self,
         *,
         collectors: Sequence[Collector],
         detectors: Sequence[Detector],
-        store: IncidentSink,
-        notifiers: Sequence[Notifier] = (),
+        incidents: IncidentDesk,
         clock: Callable[[], datetime] = utcnow,
-        on_opened: Callable[[Incident, Finding], None] | None = None,
-        correlator: Correlator | None = None,
         needs: dict[str, set[str]] | None = None,
         on_tick: Callable[[TickResult], None] | None = None,
     ) -> None:
         self.collectors = list(collectors)
         self.detectors = list(detectors)
-        self.store = store
-        self.notifiers = list(notifiers)
+        self.incidents = incidents
         self._clock = clock
-        self._on_opened = on_opened
-        self.correlator = correlator
         self._on_tick = on_tick
         # detector name -> collectors whose failure this tick makes its verdict unreliable: it skips the tick
         self.needs = {name: set(sources) for name, sources in (needs or {}).items()}
@@ -149,34 +133,9 @@ class Pipeline:
         return findings
 
     def _record(self, finding: Finding, result: TickResult) -> None:
-        root = self.correlator.root_for(finding) if self.correlator else None
-        if root is not None and root.fingerprint != finding.fingerprint:
-            self.store.attach_finding(root.id, finding)
-            own = self.store.find_open(finding.fingerprint)
-            if own is not None and own.id != root.id:  # its own incident, opened before the link was known
-                self.store.merge_into(own.id, root.id)
-            logger.bind(incident=root.id).info(
-                "{} on {} filed as an echo of {} ({})", finding.category.value, finding.subject.id,
-                root.id, root.category.value,
-            )
-            return
-        incident, created = self.store.record_finding(finding)
-        log = logger.bind(incident=incident.id, category=incident.category.value)
-        if not created:
-            log.debug("finding folded into incident ({} occurrences)", incident.occurrences)
-            return
-        if self.correlator is not None:
-            for echo in self.correlator.echoes_of(incident):
-                self.store.merge_into(echo.id, incident.id)
-        log.warning("incident opened: {}", incident.summary)
-        result.opened.append(incident)
-        if self._on_opened is not None:
-            self._on_opened(incident, finding)
-        for notifier in self.notifiers:
-            try:
-                notifier.notify(incident, "opened")
-            except Exception as exc:  # the Notifier contract says never raise; a broken one must not stop us
-                log.opt(exception=exc).error("notifier {} raised", notifier.name)
+        filed = self.incidents.file(finding)
+        if filed.outcome is Outcome.OPENED:
+            result.opened.append(filed.incident)
 
     def health(self) -> dict[str, Any]:
         return {

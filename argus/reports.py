@@ -13,7 +13,6 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,8 @@ from typing import Any
 import yaml
 from loguru import logger
 
+from argus.incidents.bus import EventSink
+from argus.incidents.events import IncidentEvent
 from control.artifacts import step_of
 from control.jobspec import SUBMISSION_ID_RE
 from core.types import Incident, Report, SubjectKind
@@ -32,12 +33,12 @@ LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
 
 
 class ReportService:
-    def __init__(self, store: Any, engine: RcaEngine, shared_root: Path, *,
-                 on_report: Callable[[Incident, Report], None] | None = None) -> None:
+    def __init__(self, store: Any, engine: RcaEngine, shared_root: Path, *, events: EventSink | None = None) -> None:
+        """`events`: where each report written is announced (report_ready), for IM and the ops agent."""
         self.store = store
         self.engine = engine
         self.shared_root = Path(shared_root)
-        self.on_report = on_report
+        self.events = events
         # Two workers: the deterministic report of a new incident must not wait behind LLM passes, which take
         # a minute each on a CPU. Each queue holds incident ids; None stops its worker.
         self._queues: dict[bool, queue.Queue[str | None]] = {False: queue.Queue(), True: queue.Queue()}
@@ -115,8 +116,8 @@ class ReportService:
         log = logger.bind(incident=incident_id)
         log.info("report {} for {} ({}, {} {:.2f})", saved.id, incident_id, saved.generator, saved.category.value,
                  saved.confidence)
-        if self.on_report is not None:
-            self.on_report(incident, saved)
+        if self.events is not None:
+            self.events.publish(IncidentEvent.report_ready(incident, saved))
         return saved
 
     @staticmethod

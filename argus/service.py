@@ -28,20 +28,22 @@ class ArgusService:
         self.control: Any = None
         self.daemon: Any = None
         self.metrics: Any = None
+        self.events: Any = None
+        self.incidents: Any = None
 
     def start(self) -> FastAPI:
         """Open the store, recover interrupted remediation, start the loop and the writers; return the app."""
         from argus.api.app import create_app
         from argus.daemon import Daemon
         from argus.exporter import ArgusMetrics
-        from argus.notify.message import approval_links_for
+        from argus.incidents.bus import EventBus
         from argus.web.sessions import Sessions, secret_in
         from argus.web.ui import WebUi
         from argus.wiring import (
             build_approval_links,
             build_control,
             build_dispatcher,
-            build_notifiers,
+            build_incidents,
             build_pipeline,
             build_remediator,
             build_reports,
@@ -53,39 +55,23 @@ class ArgusService:
         self.metrics = metrics = ArgusMetrics()
         self.dispatcher = dispatcher = build_dispatcher(settings, store, public_url=public, metrics=metrics)
         links = build_approval_links(settings, public)
-        self.reports = reports = build_reports(settings, store)
-        if dispatcher is not None:
-            reports.on_report = dispatcher.notify_report
+        self.events = events = EventBus()  # the report service announces its reports on it too
+        self.reports = reports = build_reports(settings, store, events=events)
         reports.start()
         self.control = control = build_control(settings, store)
-
-        def on_plan(incident, waiting) -> None:  # type: ignore[no-untyped-def] # steps waiting: links in the IM message
-            if dispatcher is not None:
-                dispatcher.notify_approval(incident, approval_links_for(waiting, links))
-
-        self.remediator = remediator = build_remediator(settings, store, control, on_plan=on_plan,
-                                                          metrics=metrics)
+        self.remediator = remediator = build_remediator(settings, store, control, metrics=metrics)
         remediator.recover()  # steps a crash left running: finished, re-run when safe, or reported
-        extra = [dispatcher] if dispatcher is not None else []
-        pipeline = build_pipeline(settings, store, public_url=public, metrics=metrics, reports=reports,
-                                  remediator=remediator,
-                                  notifiers=build_notifiers(settings, public_url=public) + extra)
+        self.incidents = incidents = build_incidents(
+            settings, store, events=events, public_url=public, metrics=metrics, reports=reports,
+            remediator=remediator, dispatcher=dispatcher, links=links)
+        pipeline = build_pipeline(settings, incidents, metrics=metrics)
         self.daemon = Daemon(pipeline, interval_s=settings.poll_interval_s,
                              chores={"job timeouts": (control.jobs.enforce_timeouts, settings.job_timeout_check_s),
                                      "remediation": (remediator.run_pending, settings.remediation_interval_s)})
-        app = create_app(store=store, health_provider=pipeline.health, metrics=metrics, control=control,
-                         remediator=remediator)
-
-        def on_alert_incident(incident) -> None:  # type: ignore[no-untyped-def] # Alertmanager's incidents too
-            reports.submit(incident.id)
-            remediator.plan(incident)
-
-        app.state.on_alert_incident = on_alert_incident
         # The web page's sessions are signed with a secret kept in the data dir: they survive a restart.
-        app.state.web = WebUi(Sessions(secret_in(settings.data_dir)))
-        app.state.approval_links = links
-        if dispatcher is not None:
-            app.state.on_incident_change = dispatcher.notify_state_change
+        app = create_app(store=store, incidents=incidents, health_provider=pipeline.health, metrics=metrics,
+                         control=control, remediator=remediator, approval_links=links,
+                         web=WebUi(Sessions(secret_in(settings.data_dir))))
         self.app = app
         self.daemon.start()
         return app
@@ -96,6 +82,8 @@ class ArgusService:
             self.daemon.stop()
         if self.reports is not None:
             self.reports.stop(timeout_s=reports_timeout_s)
+        if self.events is not None:
+            self.events.close()  # what is waiting still reaches IM and webhooks, then the workers stop
         if self.dispatcher is not None:
             self.dispatcher.close()
         if self.store is not None:

@@ -1,18 +1,28 @@
 """The one place that builds objects from Settings and wires them together.
 
-Registered in explicit lists: adding a collector, detector or notifier is one line here.
+Registered in explicit lists: adding a collector, detector or incident subscriber is one line here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
 from argus.approval_links import ApprovalLinks, load_secret
 from argus.control_plane import ControlPlane
-from argus.correlate import Correlator
 from argus.exporter import ArgusMetrics
+from argus.incidents.bus import EventBus, EventSink, Subscriber
+from argus.incidents.correlate import Correlator
+from argus.incidents.desk import IncidentDesk
+from argus.incidents.subscribers import (
+    ImSubscriber,
+    MetricsSubscriber,
+    NotifierSubscriber,
+    RemediationSubscriber,
+    ReportSubscriber,
+)
 from argus.notify.dispatcher import Dispatcher
 from argus.notify.registry import build_channels
 from argus.notify.webhook import WebhookNotifier
@@ -31,7 +41,7 @@ from collectors.storage import SharedStorageCollector
 from control.jobs import JobController
 from control.local import LocalRunner
 from control.node_manager import NodeManager
-from core.ports import Collector, Detector, Notifier
+from core.ports import Collector, Detector
 from core.settings import Settings
 from detectors.disk_space import DiskSpaceDetector
 from detectors.engine import load_rules
@@ -48,6 +58,10 @@ from remediation.actions import STEPS
 from remediation.actions import Context as ActionContext
 from remediation.policy import load_policy
 from remediation.runner import Remediator
+
+if TYPE_CHECKING:
+    from argus.store.store import Store
+    from rca.llm import LlmWriter
 
 
 def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: ArgusMetrics) -> list[Collector]:
@@ -78,13 +92,15 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: A
     return collectors
 
 
-def build_detectors(settings: Settings, metric_rules: MetricRuleSet) -> list[Detector]:
+def build_detectors(settings: Settings, metric_rules: MetricRuleSet,
+                    stall: StallDetector | None = None) -> list[Detector]:
+    """`stall`: the stall detector to use (wiring keeps it to export each job's progress); a new one if None."""
     log_rules = load_rules(settings.rules_dirs)
     detectors: list[Detector] = [
         LostNodeDetector(lookback_s=settings.lost_node_lookback_s),
         LogRuleDetector(log_rules),
         JobFailureDetector(log_rules),
-        StallDetector(min_stall_s=settings.stall_min_s, factor=settings.stall_factor),
+        stall or build_stall_detector(settings),
         IdleGpuDetector(threshold_pct=settings.idle_gpu_threshold_pct, window_s=settings.idle_gpu_window_s),
         DiskSpaceDetector(),
     ]
@@ -93,14 +109,41 @@ def build_detectors(settings: Settings, metric_rules: MetricRuleSet) -> list[Det
     return detectors
 
 
-def build_notifiers(settings: Settings, *, public_url: str | None = None) -> list[Notifier]:
-    return [
-        WebhookNotifier(url, timeout_s=settings.request_timeout_s, public_url=public_url)
-        for url in settings.webhook_urls
-    ]
+def build_stall_detector(settings: Settings) -> StallDetector:
+    return StallDetector(min_stall_s=settings.stall_min_s, factor=settings.stall_factor)
 
 
-def build_dispatcher(settings: Settings, store, *, public_url: str | None = None,  # type: ignore[no-untyped-def]
+def build_subscribers(
+    settings: Settings, store: Any, events: EventSink, *, public_url: str | None = None,
+    metrics: ArgusMetrics | None = None, reports: ReportService | None = None, remediator: Remediator | None = None,
+    dispatcher: Dispatcher | None = None, links: ApprovalLinks | None = None,
+) -> list[Subscriber]:
+    """Everyone told of incident events, in one list: metrics, reports, remediation, IM, and each webhook."""
+    subscribers: list[Subscriber] = []
+    if metrics is not None:
+        subscribers.append(MetricsSubscriber(metrics, store))
+    if reports is not None:
+        subscribers.append(ReportSubscriber(reports))
+    if remediator is not None:
+        subscribers.append(RemediationSubscriber(remediator, events))
+    if dispatcher is not None:
+        subscribers.append(ImSubscriber(dispatcher, links))
+    for n, url in enumerate(settings.webhook_urls, start=1):
+        webhook = WebhookNotifier(url, timeout_s=settings.request_timeout_s, public_url=public_url)
+        subscribers.append(NotifierSubscriber(webhook, name=f"webhook-{n}"))
+    return subscribers
+
+
+def build_incidents(settings: Settings, store: Any, *, events: EventBus | None = None,
+                    **subscribers: Any) -> IncidentDesk:
+    """The incident desk with its bus started on `build_subscribers(settings, store, **subscribers)`. Pass the
+    bus as `events` when something built before the desk (the report service) publishes on it too."""
+    bus = events or EventBus()
+    bus.start(build_subscribers(settings, store, bus, **subscribers))
+    return IncidentDesk(store, events=bus, correlator=Correlator(store))
+
+
+def build_dispatcher(settings: Settings, store: Any, *, public_url: str | None = None,
                      metrics: ArgusMetrics | None = None) -> Dispatcher | None:
     """The IM dispatcher for notify_channels (started: it flushes digests), or None without channels. With
     `metrics`, each delivery's outcome is counted in argus_notifications_total."""
@@ -119,7 +162,7 @@ def build_approval_links(settings: Settings, public_url: str) -> ApprovalLinks:
                          ttl_s=settings.approval_link_ttl_s)
 
 
-def open_store(settings: Settings):
+def open_store(settings: Settings) -> Store:
     from argus.store.store import Store  # SQLAlchemy and Alembic load only for commands that use the store
 
     return Store(settings.effective_database_url)
@@ -136,7 +179,7 @@ def build_redactor(settings: Settings) -> Callable[[], Redactor]:
     return make
 
 
-def build_llm(settings: Settings):  # type: ignore[no-untyped-def]
+def build_llm(settings: Settings) -> LlmWriter | None:
     """The LLM writer when llm_base_url is set (langchain loads only then), else None."""
     if not settings.llm_base_url:
         return None
@@ -147,20 +190,22 @@ def build_llm(settings: Settings):  # type: ignore[no-untyped-def]
                      max_retries=settings.llm_max_retries, method=settings.llm_method)
 
 
-def build_reports(settings: Settings, store, **overrides) -> ReportService:  # type: ignore[no-untyped-def]
-    """Reports for incidents (not started: call .start())."""
+def build_reports(settings: Settings, store: Any, *, events: EventSink | None = None,
+                  writer: Any = None) -> ReportService:
+    """Reports for incidents (not started: call .start()); each one written is announced on `events`. `writer`:
+    the LLM writer to use instead of the one settings describe."""
     metrics_reader = None
     if settings.prometheus_url:
         metrics_reader = PrometheusMetricsReader(PrometheusClient(settings.prometheus_url,
                                                                   timeout_s=settings.request_timeout_s))
     engine = RcaEngine(load_rules(settings.rules_dirs), build_redactor(settings),
-                       writer=overrides.get("writer", build_llm(settings)), metrics=metrics_reader,
+                       writer=writer if writer is not None else build_llm(settings), metrics=metrics_reader,
                        token_budget=settings.rca_token_budget)
-    return ReportService(store, engine, settings.shared_root)
+    return ReportService(store, engine, settings.shared_root, events=events)
 
 
-def build_remediator(settings: Settings, store, control: ControlPlane, *,  # type: ignore[no-untyped-def]
-                     on_plan=None, metrics: ArgusMetrics | None = None) -> Remediator:
+def build_remediator(settings: Settings, store: Any, control: ControlPlane, *,
+                     metrics: ArgusMetrics | None = None) -> Remediator:
     """The remediation runner over the control plane, with the policy from settings (checked at start). With
     `metrics`, each step reaching a final state is counted in argus_actions_total."""
     policy = load_policy(settings.remediation_policy, mode=settings.remediation_mode)
@@ -170,41 +215,29 @@ def build_remediator(settings: Settings, store, control: ControlPlane, *,  # typ
     logger.info("remediation policy {} in mode {}", policy.source, policy.mode.value)
     if metrics is not None:
         metrics.declare_actions(STEPS)
-    return Remediator(store, policy, ctx, on_plan=on_plan,
-                      on_step_final=metrics.action_finished if metrics is not None else None)
+    return Remediator(store, policy, ctx, on_step_final=metrics.action_finished if metrics is not None else None)
 
 
-def build_pipeline(
-    settings: Settings, store, *, public_url: str | None = None, metrics: ArgusMetrics | None = None,
-    reports: ReportService | None = None, remediator: Remediator | None = None, **overrides
-) -> Pipeline:
-    """The loop. `metrics` (also mounted at /metrics by the API) is kept up to date after every tick; each
-    incident it opens is queued for a report when `reports` is given."""
+def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: ArgusMetrics | None = None,
+                   collectors: list[Collector] | None = None, detectors: list[Detector] | None = None,
+                   stall: StallDetector | None = None) -> Pipeline:
+    """The loop, filing what it finds through `incidents`. `metrics` (also mounted at /metrics by the API) is kept
+    up to date after every tick, with each job's progress from `stall` (the stall detector among `detectors`).
+    `collectors` / `detectors` / `stall`: instead of the ones settings describe."""
     metric_rules = load_metric_rules(settings.metric_rules_dirs)
     metrics = metrics or ArgusMetrics()
+    stall = stall or build_stall_detector(settings)
     pipeline: Pipeline
 
     def after_tick(result: TickResult) -> None:
         metrics.observe_tick(result, pipeline.sources)
-        for detector in pipeline.detectors:
-            if isinstance(detector, StallDetector):
-                metrics.set_job_progress(detector.progress())
-        metrics.refresh_incidents(store)
-        for incident in result.opened:
-            if reports is not None:
-                reports.submit(incident.id)
-            if remediator is not None:
-                try:
-                    remediator.plan(incident)
-                except Exception as exc:  # noqa: BLE001 - planning must not break the loop; it is logged
-                    logger.opt(exception=exc).error("planning remediation for {} failed", incident.id)
+        metrics.set_job_progress(stall.progress())
+        metrics.refresh_incidents(incidents.store)  # also catches what changed without an event (merged echoes)
 
     pipeline = Pipeline(
-        collectors=overrides.get("collectors") or build_collectors(settings, metric_rules, metrics),
-        detectors=overrides.get("detectors") or build_detectors(settings, metric_rules),
-        store=store,
-        notifiers=overrides.get("notifiers") or build_notifiers(settings, public_url=public_url),
-        correlator=Correlator(store),
+        collectors=collectors or build_collectors(settings, metric_rules, metrics),
+        detectors=detectors or build_detectors(settings, metric_rules, stall),
+        incidents=incidents,
         # no new log lines because the log collectors are down is not a stalled job
         needs={"stall": {"ray_logs", "job_logs"}, "idle_gpu": {"gpu_placement"}},
         on_tick=after_tick,
@@ -212,7 +245,7 @@ def build_pipeline(
     return pipeline
 
 
-def build_control(settings: Settings, store) -> ControlPlane:
+def build_control(settings: Settings, store: Store) -> ControlPlane:
     """The control plane the API acts through: jobs over the Jobs SDK, nodes over SSH (when the GCS address
     is set) with their registry in the store."""
     jobs = JobController(

@@ -31,7 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from argus.exporter import ArgusMetrics  # noqa: E402
 from argus.store.store import Store  # noqa: E402
-from argus.wiring import build_detectors, build_pipeline  # noqa: E402
+from argus.wiring import (  # noqa: E402
+    build_detectors,
+    build_incidents,
+    build_pipeline,
+    build_stall_detector,
+)
 from collectors.metric_rules import MetricRuleCollector  # noqa: E402
 from collectors.placement import GpuPlacementCollector, PrometheusGpuCollector  # noqa: E402
 from collectors.prometheus import PrometheusTargetsCollector  # noqa: E402
@@ -159,8 +164,10 @@ def main() -> int:
         MetricRuleCollector(prom, load_metric_rules()),
         PrometheusGpuCollector(prom),
     ]
-    detectors = build_detectors(settings, load_metric_rules())
-    pipeline = build_pipeline(settings, store, metrics=metrics, collectors=collectors, detectors=detectors)
+    stall = build_stall_detector(settings)
+    detectors = build_detectors(settings, load_metric_rules(), stall)
+    pipeline = build_pipeline(settings, build_incidents(settings, store, metrics=metrics), metrics=metrics,
+                              collectors=collectors, detectors=detectors, stall=stall)
 
     spent: dict[str, list[float]] = {}
     for c in collectors:  # time each part, wrapping the real objects

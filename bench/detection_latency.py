@@ -38,7 +38,7 @@ from argus.localstack.prometheus import Prometheus  # noqa: E402
 from argus.localstack.ray_cluster import RayCluster  # noqa: E402
 from argus.sim.dcgm_exporter import DcgmExporterSim  # noqa: E402
 from argus.store.store import Store  # noqa: E402
-from argus.wiring import build_pipeline  # noqa: E402
+from argus.wiring import build_incidents, build_pipeline  # noqa: E402
 from core.logging import setup_logging  # noqa: E402
 from core.settings import load_settings  # noqa: E402
 from core.types import Category  # noqa: E402
@@ -104,7 +104,7 @@ def main() -> int:
                                  prometheus_url=prometheus.url, poll_interval_s=args.poll,
                                  idle_gpu_window_s=args.idle_window, shared_root=work / "shared")
         store = Store(settings.effective_database_url)
-        daemon = Daemon(build_pipeline(settings, store), interval_s=args.poll)
+        daemon = Daemon(build_pipeline(settings, build_incidents(settings, store)), interval_s=args.poll)
         daemon.start()
         scripts = work / "jobs"
         scripts.mkdir()

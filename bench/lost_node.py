@@ -27,7 +27,7 @@ from argus.daemon import Daemon  # noqa: E402
 from argus.localstack.process import REGISTRY, install_exit_handlers  # noqa: E402
 from argus.localstack.ray_cluster import RayCluster  # noqa: E402
 from argus.store.store import Store  # noqa: E402
-from argus.wiring import build_pipeline  # noqa: E402
+from argus.wiring import build_incidents, build_pipeline  # noqa: E402
 from core.logging import setup_logging  # noqa: E402
 from core.settings import load_settings  # noqa: E402
 
@@ -51,7 +51,7 @@ def main() -> int:
         settings = load_settings(data_dir=work / "argus", ray_dashboard_url=cluster.dashboard_url,
                                  poll_interval_s=args.poll)
         store = Store(settings.effective_database_url)
-        daemon = Daemon(build_pipeline(settings, store), interval_s=args.poll)
+        daemon = Daemon(build_pipeline(settings, build_incidents(settings, store)), interval_s=args.poll)
         daemon.start()
         with Progress(console=console) as progress:
             task = progress.add_task("kill, detect, restart", total=args.runs)

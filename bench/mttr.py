@@ -25,6 +25,7 @@ from argus.localstack.trainer import RESUMABLE_TRAINER  # noqa: E402
 
 
 def one_run(cluster, work: Path, run: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    from argus.incidents.desk import IncidentDesk
     from argus.pipeline import Pipeline
     from argus.store.store import Store
     from collectors.ray_state import RayStateCollector
@@ -50,7 +51,7 @@ def one_run(cluster, work: Path, run: int) -> dict[str, float]:  # type: ignore[
                                                    dashboard_url=cluster.dashboard_url,
                                                    gcs_address=cluster.gcs_address, local=LocalRunner(), store=store))
     pipeline = Pipeline(collectors=[RayStateCollector(cluster.dashboard_url, timeout_s=10)],
-                        detectors=[LostNodeDetector(lookback_s=30)], store=store, notifiers=[])
+                        detectors=[LostNodeDetector(lookback_s=30)], incidents=IncidentDesk(store))
     sid = jobs.submit(JobSpec(name="mttr", entrypoint=f"{sys.executable} train.py", owner="bench",
                               code_path=str(shared / "code"), working_dir=str(shared / "code"))).submission_id
 

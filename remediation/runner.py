@@ -24,7 +24,7 @@ from typing import Any
 
 from loguru import logger
 
-from core.errors import ArgusError, Conflict, InputError
+from core.errors import ArgusError, Conflict
 from core.types import Action, ActionState, Incident, Subject, SubjectKind, utcnow
 from remediation import guards as guard
 from remediation.actions import STEPS, Context, chain_of, failed, jobs_of, node_of, ray_list, registered_node
@@ -37,18 +37,13 @@ FINAL_STATES = (ActionState.SUCCEEDED, ActionState.FAILED, ActionState.SKIPPED, 
 
 class Remediator:
     def __init__(self, store: Any, policy: Policy, ctx: Context, *, clock: Callable[[], datetime] = utcnow,
-                 on_change: Callable[[Action], None] | None = None,
-                 on_plan: Callable[[Incident, list[Action]], None] | None = None,
                  on_step_final: Callable[[str, str], None] | None = None) -> None:
-        """`on_change`: after a step's state changed; `on_plan`: after steps were planned that wait for
-        approval (to send the approve/reject links); `on_step_final(kind, state)`: a step reached one of
-        FINAL_STATES (wiring counts them in Argus's metrics)."""
+        """`on_step_final(kind, state)`: a step reached one of FINAL_STATES (wiring counts them in Argus's
+        metrics). Who is told of planned steps is the caller's business: `plan` returns them."""
         self.store = store
         self.policy = policy
         self.ctx = ctx
         self.clock = clock
-        self.on_change = on_change
-        self.on_plan = on_plan
         self.on_step_final = on_step_final
 
     # -- planning ---------------------------------------------------------------------------------------------
@@ -76,12 +71,6 @@ class Remediator:
             planned.append(self.store.add_action(action))
         logger.bind(incident=incident.id).info("planned {} ({}): {}", len(planned), mode.value,
                                                ", ".join(a.kind for a in planned))
-        waiting = [a for a in planned if a.state is ActionState.PLANNED and not a.dry_run]
-        if waiting and self.on_plan is not None:
-            try:
-                self.on_plan(incident, waiting)
-            except Exception as exc:  # noqa: BLE001 - telling people must not break planning
-                logger.warning("telling people about the plan for {} failed: {}", incident.id, exc)
         return planned
 
     @staticmethod
@@ -248,20 +237,4 @@ class Remediator:
                 self.on_step_final(action.kind, action.state.value)
             except Exception as exc:  # noqa: BLE001 - counting must not break acting
                 logger.warning("step-final hook failed for {}: {}", action.id, exc)
-        if self.on_change is not None:
-            try:
-                self.on_change(action)
-            except Exception as exc:  # noqa: BLE001 - telling people must not break acting
-                logger.warning("action change hook failed for {}: {}", action.id, exc)
 
-
-def parse_steps(items: Any) -> list[Step]:
-    """Steps from an API body; InputError naming what is wrong."""
-    if not isinstance(items, list) or not items or len(items) > 10:
-        raise InputError("steps must be a list of 1 to 10 {action, params} objects",
-                         hint="e.g. [{\"action\": \"keep_scene\"}, {\"action\": \"resubmit_job\"}]")
-    try:
-        return [Step.model_validate(x) for x in items]
-    except Exception as exc:  # noqa: BLE001 - pydantic's error text names the field
-        raise InputError(f"invalid step: {str(exc).splitlines()[0][:300]}",
-                         hint="actions are keep_scene, drain_node, resubmit_job, stop_job") from None

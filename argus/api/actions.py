@@ -15,21 +15,16 @@ from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from argus.api.auth import Principal, require
+from argus.api.state import approval_links_of, incidents_of, remediator_of
+from argus.approval_links import ApprovalLinks
+from argus.incidents.subscribers import waiting_for_decision
 from argus.store.tokens import Role
 from core.errors import Conflict, InputError, NotConfigured
 from core.types import Action, ActionState
 from remediation.policy import Mode, Step
-from remediation.runner import Remediator
 
 router = APIRouter(tags=["remediation"])
 ActionId = Annotated[str, Field(min_length=1, max_length=64)]
-
-
-def remediator(request: Request) -> Remediator:
-    found: Remediator | None = getattr(request.app.state, "remediator", None)
-    if found is None:
-        raise NotConfigured("remediation is not running in this Argus", hint="start it with `argus serve`")
-    return found
 
 
 class Proposal(BaseModel):
@@ -79,7 +74,7 @@ def propose(request: Request, incident_id: str, body: Annotated[Proposal, Body()
     """Plan steps for the incident: the policy's (`{"plan": "policy"}`) or the ones given (`{"steps": [...]}`)."""
     if (body.plan is None) == (body.steps is None):
         raise InputError("give either plan: policy or steps", hint='e.g. {"steps": [{"action": "keep_scene"}]}')
-    rem = remediator(request)
+    rem = remediator_of(request)
     if len(incident_id) > 64:
         raise InputError("that is not an incident id", hint="ids look like inc-0123456789ab")
     incident = request.app.state.store.get_incident(incident_id)
@@ -95,6 +90,7 @@ def propose(request: Request, incident_id: str, body: Annotated[Proposal, Body()
     else:
         mode = Mode.APPROVAL if rem.policy.mode is not Mode.DRY_RUN else Mode.DRY_RUN
     planned = rem.plan(incident, steps=body.steps, requested_by=who.name, mode=mode if body.steps else None)
+    incidents_of(request).approval_needed(incident, waiting_for_decision(planned))
     request.state.audit_detail = {"incident": incident_id, "planned": [a.id for a in planned]}
     return {"items": [action_json(a) for a in planned]}
 
@@ -102,7 +98,7 @@ def propose(request: Request, incident_id: str, body: Annotated[Proposal, Body()
 @router.post("/v1/actions/{action_id}:approve")
 def approve(request: Request, action_id: str,
             who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
-    rem = remediator(request)
+    rem = remediator_of(request)
     action = request.app.state.store.get_action(_check_id(action_id))
     if who.role is Role.AGENT and action.kind not in rem.policy.guards.agent_may_approve:
         from argus.api.errors import Forbidden
@@ -118,7 +114,7 @@ def approve(request: Request, action_id: str,
 @router.post("/v1/actions/{action_id}:reject")
 def reject(request: Request, action_id: str, body: Annotated[Rejection, Body()],
            who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
-    rejected = remediator(request).reject(_check_id(action_id), who=who.name, reason=body.reason)
+    rejected = remediator_of(request).reject(_check_id(action_id), who=who.name, reason=body.reason)
     request.state.audit_detail = {"kind": rejected.kind, "reason": body.reason}
     return {"action": action_json(rejected)}
 
@@ -126,8 +122,8 @@ def reject(request: Request, action_id: str, body: Annotated[Rejection, Body()],
 # -- signed links from IM messages (see argus/approval_links.py) --------------------------------------------
 
 
-def _links(request: Request):  # type: ignore[no-untyped-def]
-    links = getattr(request.app.state, "approval_links", None)
+def _links(request: Request) -> ApprovalLinks:
+    links = approval_links_of(request)
     if links is None:
         raise NotConfigured("approval links are off in this Argus", hint="they are on under `argus serve`")
     return links
@@ -176,7 +172,7 @@ async def decide(request: Request, action_id: str) -> dict[str, Any]:
     except ValueError:
         raise InputError("the link's expiry is not a number", hint="use the link as it was sent") from None
     action = _checked(request, action_id, decision, expires, str(form.get("sig", "")))
-    rem = remediator(request)
+    rem = remediator_of(request)
     who = "signed link"
     done = (rem.approve(action.id, who=who) if decision == "approve"
             else rem.reject(action.id, who=who, reason="rejected through a signed link"))

@@ -5,13 +5,15 @@ The body is Alertmanager's webhook format (version 4): `status`, `receiver`, `gr
 `status`, `labels`, `annotations`, `startsAt`, `endsAt`, `fingerprint`. An alert of a rule Argus exported
 carries `category` and `severity` labels and gets the fingerprint Argus's own evaluation of that rule gives
 (category, the subject from its labels, the alert name), so the two land in one incident. A resolved alert
-resolves the open incident it opened, if nothing else keeps it open. Configure Alertmanager with
+resolves the open incident it opened, if nothing else keeps it open. Both go through the incident desk, so
+webhooks, IM, reports and remediation hear of them as of any other incident. Configure Alertmanager with
 `http_config.authorization.credentials: <an Argus operator token>`.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Request
@@ -19,9 +21,11 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from argus.api.auth import require
+from argus.api.state import incidents_of
+from argus.incidents.desk import Outcome
 from argus.store.tokens import Role
 from collectors.metric_rules import subject_of
-from core.types import Category, Evidence, Finding, IncidentState, Severity, fingerprint_of, utcnow
+from core.types import Category, Evidence, Finding, Severity, fingerprint_of, utcnow
 
 router = APIRouter(tags=["alerts"])
 Text = Annotated[str, Field(max_length=4096)]
@@ -87,26 +91,23 @@ def _subject_attrs(labels: dict[str, str]) -> dict[str, str]:
 
 @router.post("/v1/alerts/alertmanager", dependencies=[Depends(require(Role.OPERATOR))])
 async def alertmanager(request: Request, body: Annotated[AlertmanagerWebhook, Body()]) -> dict[str, Any]:
-    store = request.app.state.store
+    """File firing alerts through the incident desk (correlated and announced like Argus's own findings); a
+    resolved alert resolves the incident it opened."""
+    desk = incidents_of(request)
     opened, folded, resolved = [], 0, []
     for alert in body.alerts:
         finding = to_finding(alert)
         if alert.status == "firing":
-            incident, new = await run_in_threadpool(store.record_finding, finding)
-            if new:
-                opened.append(incident.id)
-                hook = getattr(request.app.state, "on_alert_incident", None)
-                if hook is not None:
-                    await run_in_threadpool(hook, incident)
+            filed = await run_in_threadpool(desk.file, finding)
+            if filed.outcome is Outcome.OPENED:
+                opened.append(filed.incident.id)
             else:
                 folded += 1
         else:
-            incident = await run_in_threadpool(store.find_open, finding.fingerprint)
+            incident = await run_in_threadpool(desk.store.find_open, finding.fingerprint)
             if incident is not None:
-                changed = await run_in_threadpool(store.set_state, incident.id, IncidentState.RESOLVED)
+                await run_in_threadpool(partial(desk.resolve, incident.id, by="alertmanager",
+                                                reason=f"{finding.reason} resolved"))
                 resolved.append(incident.id)
-                hook = getattr(request.app.state, "on_incident_change", None)
-                if hook is not None:
-                    await run_in_threadpool(hook, changed)
     request.state.audit_detail = {"group": body.groupKey[:200], "opened": opened, "resolved": resolved}
     return {"opened": opened, "folded": folded, "resolved": resolved}

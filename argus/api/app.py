@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI
 
 from argus import __version__
-from argus.api import actions, alerts, errors, health, incidents, jobs, nodes, ops
+from argus.api import actions, alerts, errors, health, jobs, nodes, ops
+from argus.api import incidents as incident_routes
 from argus.api.auth import install_audit, require
 from argus.api.limits import MAX_BODY_BYTES, BodyLimit
 from argus.control_plane import ControlPlane
 from argus.exporter import ArgusMetrics, metrics_router
+from argus.incidents.correlate import Correlator
+from argus.incidents.desk import IncidentDesk
 from argus.store.tokens import Role
 from argus.web import install as install_web
+from argus.web.ui import WebUi
+
+if TYPE_CHECKING:
+    from argus.approval_links import ApprovalLinks
+    from remediation.runner import Remediator
 
 
 def create_app(
@@ -23,10 +31,15 @@ def create_app(
     health_provider: Callable[[], dict[str, Any]] | None = None,
     metrics: ArgusMetrics | None = None,
     control: ControlPlane | None = None,
-    remediator: Any = None,
+    remediator: Remediator | None = None,
+    incidents: IncidentDesk | None = None,
+    approval_links: ApprovalLinks | None = None,
+    web: WebUi | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
-    """The API. Without `control` the job, node and ops routes answer 503 (NotConfigured)."""
+    """The API. Without `control` the job, node and ops routes answer 503 (NotConfigured), as the remediation
+    routes do without `remediator`. `incidents`: the desk that files and resolves incidents and tells its
+    subscribers; by default one over `store` that tells nobody. Routes read these through argus/api/state.py."""
     app = FastAPI(
         title="Argus",
         version=__version__,
@@ -35,12 +48,14 @@ def create_app(
     app.state.store = store
     app.state.health = health_provider
     app.state.control = control
-    app.state.remediator = remediator  # remediation.runner.Remediator; None: its routes answer 503
+    app.state.remediator = remediator
+    app.state.incidents = incidents or IncidentDesk(store, correlator=Correlator(store))
+    app.state.approval_links = approval_links
     errors.install(app)
     install_audit(app)
     # Health and /metrics are open (liveness probes, Prometheus scrapes; see argus/api/auth.py).
     app.include_router(health.router)
-    app.include_router(incidents.router, dependencies=[Depends(require(Role.VIEWER))])
+    app.include_router(incident_routes.router, dependencies=[Depends(require(Role.VIEWER))])
     # Each route of these declares its own role: reads need viewer, steps operator, registering a node admin.
     app.include_router(jobs.router)
     app.include_router(nodes.router)
@@ -49,6 +64,6 @@ def create_app(
     app.include_router(alerts.router)
     if metrics is not None:
         app.include_router(metrics_router(metrics))
-    install_web(app)  # the web page under /ui (and GET / leading there), out of the OpenAPI schema
+    install_web(app, web)  # the web page under /ui (and GET / leading there), out of the OpenAPI schema
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # added last: the outermost of ours
     return app

@@ -9,7 +9,8 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from argus.api.auth import require
+from argus.api.auth import Principal, require
+from argus.api.state import incidents_of
 from argus.store.tokens import Role
 from core.errors import InputError, NotFound
 from core.types import Category, IncidentState
@@ -82,14 +83,11 @@ class StateChange(BaseModel):
     reason: str = Field(min_length=1, max_length=500)
 
 
-@router.post("/{incident_id}:resolve", dependencies=[Depends(require(Role.OPERATOR))])
-def resolve(request: Request, incident_id: str, body: Annotated[StateChange, Body()]) -> dict[str, Any]:
+@router.post("/{incident_id}:resolve")
+def resolve(request: Request, incident_id: str, body: Annotated[StateChange, Body()],
+            who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
     """Mark the incident resolved (people are told); a new occurrence opens a new incident."""
     _check_id(incident_id)
-    store = request.app.state.store
-    incident = store.set_state(incident_id, IncidentState.RESOLVED)
     request.state.audit_detail = {"reason": body.reason}
-    hook = getattr(request.app.state, "on_incident_change", None)
-    if hook is not None:
-        hook(incident)
+    incident = incidents_of(request).resolve(incident_id, by=who.name, reason=body.reason)
     return {"incident": incident.model_dump(mode="json")}

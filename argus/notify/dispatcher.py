@@ -40,7 +40,7 @@ from loguru import logger
 from argus.notify.channels import Channel, Item
 from argus.notify.delivery import Outcome, deliver
 from argus.notify.message import ApprovalLink, Message, build_message, digest_of
-from core.types import Incident, IncidentState, Report, utcnow
+from core.types import Incident, Report, utcnow
 
 
 class DeliveryLog(Protocol):
@@ -149,10 +149,6 @@ class Dispatcher:
     ) -> bool:
         return self._guarded(incident, "approval_needed", lambda: self._offer_all(
             incident, "approval_needed", report=report, approvals=tuple(approvals)))
-
-    def notify_state_change(self, incident: Incident) -> bool:
-        """After the incident's state (or severity) changed: "resolved" when it is, else "updated"."""
-        return self.notify(incident, "resolved" if incident.state is IncidentState.RESOLVED else "updated")
 
     def flush(self, *, force: bool = False) -> bool:
         """Send the digests that are due (all waiting ones with `force`, rate limits still holding)."""

@@ -15,10 +15,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse
 
 from argus.api.errors import Forbidden
+from argus.api.state import incidents_of, remediator_of, remediator_or_none
 from argus.store.tokens import Role
 from argus.web.access import Viewer, may, posted
 from argus.web.ui import UiRoute, page, status_of, web_of
-from core.errors import Conflict, InputError, NotConfigured, NotFound
+from core.errors import Conflict, InputError, NotFound
 from core.types import Action, ActionState, Category, Incident, IncidentState, Report, Severity
 
 router = APIRouter(route_class=UiRoute, include_in_schema=False)
@@ -206,7 +207,7 @@ def incident_context(request: Request, incident_id: str) -> dict[str, Any]:
     findings = store.findings_for(incident_id)
     reports = store.reports_for(incident_id)
     actions = store.list_actions(incident_id)
-    remediator = getattr(request.app.state, "remediator", None)
+    remediator = remediator_or_none(request)
     principal = getattr(request.state, "principal", None)
     return {
         "title": f"{incident.category.value} · {incident.id}",
@@ -249,13 +250,6 @@ def report_json(request: Request, incident_id: str, viewer: Viewer) -> Response:
 # -- decisions -------------------------------------------------------------------------------------------------
 
 
-def _remediator(request: Request) -> Any:
-    found = getattr(request.app.state, "remediator", None)
-    if found is None:
-        raise NotConfigured("remediation is not running in this Argus", hint="start it with `argus serve`")
-    return found
-
-
 async def _step(request: Request, incident_id: str, action_id: str) -> Action:
     check_id(incident_id, "an incident id", "inc-0123456789ab")
     check_id(action_id, "an action id", "act-0123456789ab")
@@ -281,7 +275,7 @@ async def _after(request: Request, incident_id: str, changed: str, do: Any) -> R
 async def approve(request: Request, incident_id: str, action_id: str) -> Response:
     who, _ = await posted(request, Role.OPERATOR, "approving a step")
     action = await _step(request, incident_id, action_id)
-    rem = _remediator(request)
+    rem = remediator_of(request)
     if who.role is Role.AGENT and action.kind not in rem.policy.guards.agent_may_approve:
         raise Forbidden(f"the agent may not approve {action.kind}", hint="an operator approves this step")
     request.state.audit_detail = {"via": "ui", "kind": action.kind, "incident": incident_id}
@@ -299,7 +293,7 @@ def _reason(form: dict[str, str]) -> str:
 async def reject(request: Request, incident_id: str, action_id: str) -> Response:
     who, form = await posted(request, Role.OPERATOR, "rejecting a step")
     action = await _step(request, incident_id, action_id)
-    rem = _remediator(request)
+    rem = remediator_of(request)
     reason = _reason(form)
     request.state.audit_detail = {"via": "ui", "kind": action.kind, "incident": incident_id, "reason": reason}
     return await _after(request, incident_id, action_id, lambda: rem.reject(action_id, who=who.name, reason=reason))
@@ -307,16 +301,9 @@ async def reject(request: Request, incident_id: str, action_id: str) -> Response
 
 @router.post("/ui/incidents/{incident_id}/resolve")
 async def resolve(request: Request, incident_id: str) -> Response:
-    _, form = await posted(request, Role.OPERATOR, "resolving an incident")
+    who, form = await posted(request, Role.OPERATOR, "resolving an incident")
     check_id(incident_id, "an incident id", "inc-0123456789ab")
     reason = _reason(form)
     request.state.audit_detail = {"via": "ui", "reason": reason}
-    store = request.app.state.store
-
-    def do() -> None:
-        incident = store.set_state(incident_id, IncidentState.RESOLVED)
-        hook = getattr(request.app.state, "on_incident_change", None)  # as the API's resolve: people are told
-        if hook is not None:
-            hook(incident)
-
-    return await _after(request, incident_id, "resolved", do)
+    desk = incidents_of(request)  # as the API's resolve: people are told
+    return await _after(request, incident_id, "resolved", lambda: desk.resolve(incident_id, by=who.name, reason=reason))

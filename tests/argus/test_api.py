@@ -6,10 +6,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from argus.api.app import create_app
+from argus.incidents.bus import EventBus
+from argus.incidents.desk import IncidentDesk
+from argus.incidents.events import EventKind
 from argus.pipeline import Pipeline
 from argus.store.store import Store
 from collectors.ray_state import RayStateCollector
 from core.types import Category, Evidence, Finding, Severity, Subject, SubjectKind
+from tests.helpers import RecordingSubscriber
 
 
 @pytest.fixture
@@ -74,7 +78,8 @@ def test_unknown_and_hostile_ids(store):
 
 def test_api_stays_up_and_names_what_it_cannot_reach(store):
     pipeline = Pipeline(
-        collectors=[RayStateCollector("http://127.0.0.1:9", timeout_s=1)], detectors=[], store=store
+        collectors=[RayStateCollector("http://127.0.0.1:9", timeout_s=1)], detectors=[],
+        incidents=IncidentDesk(store),
     )
     result = pipeline.run_once()
     assert "ray_state" in result.errors
@@ -89,9 +94,8 @@ def test_api_stays_up_and_names_what_it_cannot_reach(store):
 
 def test_an_operator_resolves_an_incident_and_people_are_told(store):
     incident, _ = store.record_finding(lost("n9"))
-    told = []
-    app = create_app(store=store)
-    app.state.on_incident_change = told.append
+    told = RecordingSubscriber()
+    app = create_app(store=store, incidents=IncidentDesk(store, events=EventBus().start([told])))
     _, operator = store.create_token("op", "operator", created_by="tests")
     _, reader = store.create_token("reader", "viewer", created_by="tests")
     path = f"/v1/incidents/{incident.id}:resolve"
@@ -101,5 +105,7 @@ def test_an_operator_resolves_an_incident_and_people_are_told(store):
     assert client.post(path, json={}).status_code == 422
     done = client.post(path, json={"reason": "node replaced"})
     assert done.status_code == 200 and done.json()["incident"]["state"] == "resolved"
-    assert [i.id for i in told] == [incident.id]
+    assert app.state.incidents.events.drain(10)
+    assert [(e.kind, e.incident.id, e.detail) for e in told.events] == [
+        (EventKind.RESOLVED, incident.id, {"by": "op", "reason": "node replaced"})]
     assert client.post("/v1/incidents/inc-000000000000:resolve", json={"reason": "x"}).status_code == 404

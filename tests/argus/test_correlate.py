@@ -4,7 +4,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from argus.correlate import Correlator
+from argus.incidents.correlate import Correlator
+from argus.incidents.desk import IncidentDesk
 from argus.pipeline import Pipeline
 from argus.store.store import Store
 from core.types import Category, Evidence, Finding, IncidentState, Subject, SubjectKind
@@ -54,8 +55,8 @@ def setup(tmp_path):
     replay = Replay()
     now = {"t": T0 + timedelta(seconds=5)}
     pipeline = Pipeline(
-        collectors=[], detectors=[replay], store=store,
-        correlator=Correlator(store, window_s=1800, clock=lambda: now["t"]),
+        collectors=[], detectors=[replay],
+        incidents=IncidentDesk(store, correlator=Correlator(store, window_s=1800, clock=lambda: now["t"])),
     )
     yield store, replay, pipeline, now
     store.close()

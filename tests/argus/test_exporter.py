@@ -29,12 +29,13 @@ from argus.exporter import (
     exported_series_names,
     metrics_router,
 )
+from argus.incidents.desk import IncidentDesk
 from argus.localstack.ports import free_port
 from argus.localstack.webhook_receiver import Reply, WebhookReceiver
 from argus.pipeline import Pipeline
 from argus.sim.dcgm_exporter import DcgmExporterSim
 from argus.store.store import Store
-from argus.wiring import build_control, build_dispatcher, build_pipeline, build_remediator
+from argus.wiring import build_control, build_dispatcher, build_incidents, build_pipeline, build_remediator
 from collectors.dcgm import DcgmScrapeCollector
 from collectors.placement import GpuPlacementCollector, JobPlacement, NodeGpus
 from collectors.ray_state import RayStateCollector
@@ -152,7 +153,7 @@ def test_findings_latency_incidents_and_collectors(served, tmp_path):
             collectors=[DcgmScrapeCollector([sim.metrics_url]),
                         GpuPlacementCollector("http://127.0.0.1:9", timeout_s=1)],
             detectors=[IdleGpuDetector()],
-            store=None,  # no findings without placement, so nothing is recorded
+            incidents=IncidentDesk(store=None),  # no findings without placement, so nothing is filed
         )
         metrics.observe_tick(pipeline.run_once(), pipeline.sources)
 
@@ -222,7 +223,8 @@ def test_the_loop_reports_ticks_collector_errors_openings_annotations_and_job_st
     clock, feed = Clock(T0), Feed()
     stall = StallDetector(min_stall_s=30, factor=3, clock=clock)
     dead = RayStateCollector(f"http://127.0.0.1:{free_port()}", timeout_s=2)
-    pipeline = build_pipeline(settings, store, metrics=metrics, collectors=[feed, dead], detectors=[stall])
+    desk = build_incidents(settings, store, metrics=metrics)
+    pipeline = build_pipeline(settings, desk, metrics=metrics, collectors=[feed, dead], detectors=[stall], stall=stall)
     try:
         before = scrape(base)
         assert before["argus_loop_last_tick_timestamp_seconds"][0].value == 0  # never ticked
@@ -251,6 +253,7 @@ def test_the_loop_reports_ticks_collector_errors_openings_annotations_and_job_st
         clock.now = T0 + timedelta(seconds=50 + 200)  # now it is: the job's rhythm was one step every 10 s
         opened = pipeline.run_once().opened
         assert [i.category for i in opened] == [Category.NCCL_HANG]
+        assert desk.events.drain(30)  # the metrics subscriber counts it off the loop's thread
         after = scrape(base)
         assert samples_of(after, "argus_incidents_opened", "argus_incidents_opened_total")[("nccl_hang",)] == 1
         assert sum(samples_of(after, "argus_incidents_opened", "argus_incidents_opened_total").values()) == 1
@@ -269,6 +272,7 @@ def test_the_loop_reports_ticks_collector_errors_openings_annotations_and_job_st
         assert after.get("argus_incident_opened_timestamp_seconds", []) == []
         assert samples_of(after, "argus_job_step") == {} and samples_of(after, "argus_job_step_interval_seconds") == {}
     finally:
+        desk.events.close()
         store.close()
 
 
@@ -318,7 +322,7 @@ def test_notification_outcomes_are_counted_per_configured_channel(tmp_path):
             assert dispatcher.notify(incident, "opened") is True
             receiver.set_reply(lambda post: Reply(status=403, body={"error": "bad signature"}))
             mitigating = store.set_state(incident.id, IncidentState.MITIGATING)
-            assert dispatcher.notify_state_change(mitigating) is False  # 403: given up at once, not retried
+            assert dispatcher.notify(mitigating, "updated") is False  # 403: given up at once, not retried
         finally:
             dispatcher.close()
             store.close()

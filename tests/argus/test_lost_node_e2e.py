@@ -12,6 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from argus.api.app import create_app
+from argus.incidents.bus import EventBus
+from argus.incidents.correlate import Correlator
+from argus.incidents.desk import IncidentDesk
+from argus.incidents.subscribers import NotifierSubscriber
 from argus.notify.webhook import WebhookNotifier
 from argus.pipeline import Pipeline
 from argus.store.store import Store
@@ -47,11 +51,11 @@ def rank_alive(dashboard_url: str) -> bool:
 
 
 def make_pipeline(cluster, store, receiver_url):
+    bus = EventBus().start([NotifierSubscriber(WebhookNotifier(receiver_url))])
     return Pipeline(
         collectors=[RayStateCollector(cluster.dashboard_url, timeout_s=10)],
         detectors=[LostNodeDetector()],
-        store=store,
-        notifiers=[WebhookNotifier(receiver_url)],
+        incidents=IncidentDesk(store, events=bus, correlator=Correlator(store)),
     )
 
 

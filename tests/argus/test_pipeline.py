@@ -3,6 +3,7 @@ source which failed this tick skips the tick instead of judging from missing dat
 
 import pytest
 
+from argus.incidents.desk import IncidentDesk
 from argus.pipeline import Pipeline
 from argus.store.store import Store
 from core.errors import SourceUnavailable
@@ -45,7 +46,8 @@ def store(tmp_path):
 def test_detector_skips_ticks_when_a_source_it_needs_is_down(store):
     logs, state = Source("ray_logs"), Source("ray_state")
     stall, other = Counting("stall"), Counting("lost_node")
-    pipeline = Pipeline(collectors=[logs, state], detectors=[stall, other, Broken()], store=store,
+    pipeline = Pipeline(collectors=[logs, state], detectors=[stall, other, Broken()],
+                        incidents=IncidentDesk(store),
                         needs={"stall": {"ray_logs"}})
     first = pipeline.run_once()
     assert stall.calls == 1 and other.calls == 1 and "detector:broken" in first.errors

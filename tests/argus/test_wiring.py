@@ -1,5 +1,6 @@
 """What `argus serve` runs for a given configuration: the registered collectors and detectors."""
 
+from argus.incidents.desk import IncidentDesk
 from argus.store.store import Store
 from argus.wiring import build_pipeline
 from core.settings import load_settings
@@ -12,7 +13,7 @@ def names(pipeline):
 def test_minimal_configuration_watches_ray_only(tmp_path):
     settings = load_settings(data_dir=tmp_path, shared_root=tmp_path / "no-such-root")
     store = Store(settings.effective_database_url)
-    collectors, detectors = names(build_pipeline(settings, store))
+    collectors, detectors = names(build_pipeline(settings, IncidentDesk(store)))
     store.close()
     assert collectors == ["ray_state", "gpu_placement", "ray_logs"]
     assert {"lost_node", "log_rules", "job_failure", "stall", "idle_gpu", "disk_space"} <= set(detectors)
@@ -23,7 +24,7 @@ def test_full_configuration(tmp_path):
     (tmp_path / "shared" / "jobs").mkdir(parents=True)
     settings = load_settings(data_dir=tmp_path, shared_root=tmp_path / "shared", prometheus_url="http://prom:9090")
     store = Store(settings.effective_database_url)
-    collectors, detectors = names(build_pipeline(settings, store))
+    collectors, detectors = names(build_pipeline(settings, IncidentDesk(store)))
     store.close()
     assert {"job_logs", "storage", "prometheus", "metric_rules", "dcgm_prometheus"} <= set(collectors)
     assert "metric_rules" in detectors
@@ -32,8 +33,8 @@ def test_full_configuration(tmp_path):
 def test_direct_dcgm_scrape_or_nvml_without_prometheus(tmp_path):
     settings = load_settings(data_dir=tmp_path, dcgm_targets=["http://10.0.0.3:9400/metrics"], nvml=True)
     store = Store(settings.effective_database_url)
-    collectors, _ = names(build_pipeline(settings, store))
+    collectors, _ = names(build_pipeline(settings, IncidentDesk(store)))
     assert "dcgm" in collectors and "nvml" not in collectors  # an exporter beats NVML
     settings = load_settings(data_dir=tmp_path, nvml=True)
-    assert "nvml" in names(build_pipeline(settings, store))[0]
+    assert "nvml" in names(build_pipeline(settings, IncidentDesk(store)))[0]
     store.close()

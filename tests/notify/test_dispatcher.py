@@ -51,10 +51,10 @@ def test_dedup_holds_across_a_restart_on_the_same_store(platforms, store, make_d
         assert all(len(p.received) == 1 for p in platforms.values())
         # A state change is a new notification; the same state again is not.
         mitigating = store.set_state(incident.id, IncidentState.MITIGATING)
-        assert again.notify_state_change(mitigating) and again.notify(mitigating, "updated")
+        assert again.notify(mitigating, "updated") and again.notify(mitigating, "updated")
         resolved = store.set_state(incident.id, IncidentState.RESOLVED)
         clock.tick(60)  # past the grouping window: the resolve goes out on its own
-        assert again.notify_state_change(resolved) and again.notify(resolved, "resolved")
+        assert again.notify(resolved, "resolved") and again.notify(resolved, "resolved")
     finally:
         reopened.close()
     assert all(len(p.received) == 3 for p in platforms.values())

@@ -19,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from argus.api.app import create_app
+from argus.incidents.desk import IncidentDesk
 from argus.localstack.trainer import RESUMABLE_TRAINER
 from argus.pipeline import Pipeline
 from argus.store.store import Store
@@ -54,7 +55,8 @@ class Env:
                            local=LocalRunner(), store=self.store)
         self.remediator = Remediator(self.store, self.policy, self.ctx)
         self.pipeline = Pipeline(collectors=[RayStateCollector(ray_cluster.dashboard_url, timeout_s=10)],
-                                 detectors=[LostNodeDetector(lookback_s=30)], store=self.store, notifiers=[])
+                                 detectors=[LostNodeDetector(lookback_s=30)],
+                                 incidents=IncidentDesk(self.store))
 
     def submit(self) -> str:
         spec = JobSpec(name="grpo", workload="grpo", entrypoint=f"{sys.executable} train.py", owner="alice",

@@ -1,0 +1,114 @@
+"""The one way in for incidents: file a finding, change an incident's state, and tell the subscribers.
+
+The detection loop, Alertmanager's webhook, the API and the web page all go through an IncidentDesk, so a
+finding is correlated and deduplicated the same way wherever it comes from, and every incident that opens or
+is resolved reaches the same subscribers (IM, webhooks, reports, remediation, metrics) as the same event.
+Filing returns what happened as a value (`Filed`); the events go to the bus, which delivers them off the
+caller's thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from loguru import logger
+
+from argus.incidents.bus import EventBus
+from argus.incidents.correlate import Correlator
+from argus.incidents.events import IncidentEvent
+from core.types import Action, Finding, Incident, IncidentState, Report
+
+
+class IncidentStore(Protocol):
+    """What the desk needs of the store (argus.store.store.Store implements it)."""
+
+    def record_finding(self, finding: Finding) -> tuple[Incident, bool]: ...  # pragma: no cover
+
+    def attach_finding(self, incident_id: str, finding: Finding) -> Incident: ...  # pragma: no cover
+
+    def merge_into(self, echo_id: str, root_id: str) -> Incident: ...  # pragma: no cover
+
+    def find_open(self, fingerprint: str) -> Incident | None: ...  # pragma: no cover
+
+    def set_state(self, incident_id: str, state: IncidentState | str) -> Incident: ...  # pragma: no cover
+
+    def get_incident(self, incident_id: str) -> Incident: ...  # pragma: no cover
+
+
+class Outcome(str, Enum):
+    OPENED = "opened"  # a new incident
+    FOLDED = "folded"  # another occurrence of an open incident with the same fingerprint
+    ECHO = "echo"  # filed under the open incident of its root cause (another fingerprint)
+
+
+@dataclass(frozen=True)
+class Filed:
+    outcome: Outcome
+    incident: Incident
+
+
+class IncidentDesk:
+    """`events`: the bus that tells the subscribers (without one, events reach nobody). `correlator`: echoes and
+    duplicates of open root causes; without it every fingerprint is its own incident."""
+
+    def __init__(self, store: IncidentStore, *, events: EventBus | None = None,
+                 correlator: Correlator | None = None) -> None:
+        self.store = store
+        self.events = events if events is not None else EventBus().start([])
+        self.correlator = correlator
+
+    # -- filing ---------------------------------------------------------------------------------------------
+
+    def file(self, finding: Finding) -> Filed:
+        """File one finding: as an echo of an open root cause, as a repeat, or as a new incident (announced)."""
+        root = self.correlator.root_for(finding) if self.correlator else None
+        if root is not None and root.fingerprint != finding.fingerprint:
+            incident = self.store.attach_finding(root.id, finding)
+            own = self.store.find_open(finding.fingerprint)
+            if own is not None and own.id != root.id:  # its own incident, opened before the link was known
+                self.store.merge_into(own.id, root.id)
+            logger.bind(incident=root.id).info(
+                "{} on {} filed as an echo of {} ({})", finding.category.value, finding.subject.id,
+                root.id, root.category.value,
+            )
+            return Filed(Outcome.ECHO, incident)
+        incident, created = self.store.record_finding(finding)
+        log = logger.bind(incident=incident.id, category=incident.category.value)
+        if not created:
+            log.debug("finding folded into incident ({} occurrences)", incident.occurrences)
+            return Filed(Outcome.FOLDED, incident)
+        if self.correlator is not None:
+            for echo in self.correlator.echoes_of(incident):
+                self.store.merge_into(echo.id, incident.id)
+        log.warning("incident opened: {}", incident.summary)
+        self.events.publish(IncidentEvent.opened(incident, finding))
+        return Filed(Outcome.OPENED, incident)
+
+    # -- changing state ------------------------------------------------------------------------------------------
+
+    def resolve(self, incident_id: str, *, by: str, reason: str = "") -> Incident:
+        """Resolve the incident and announce it; NotFound for an unknown id. Resolving twice announces once."""
+        return self.set_state(incident_id, IncidentState.RESOLVED, by=by, reason=reason)
+
+    def set_state(self, incident_id: str, state: IncidentState, *, by: str, reason: str = "") -> Incident:
+        """Move the incident to `state`; subscribers hear of it when its state really changed."""
+        before = self.store.get_incident(incident_id)
+        changed = self.store.set_state(incident_id, state)
+        if before.state is not changed.state:
+            logger.bind(incident=incident_id).info("incident {} by {}{}", changed.state.value, by,
+                                                   f": {reason}" if reason else "")
+            self.events.publish(IncidentEvent.state_changed(changed, by=by, reason=reason))
+        return changed
+
+    # -- announcing what others produced --------------------------------------------------------------------------
+
+    def report_ready(self, incident: Incident, report: Report) -> None:
+        self.events.publish(IncidentEvent.report_ready(incident, report))
+
+    def approval_needed(self, incident: Incident, actions: Sequence[Action]) -> None:
+        """Steps wait for a person (or the agent): they are told, with approve/reject links where configured."""
+        if actions:
+            self.events.publish(IncidentEvent.approval_needed(incident, actions))

@@ -1,0 +1,59 @@
+"""What happens to an incident, as one value that every subscriber receives.
+
+The kinds are the moments people and tools care about: an incident was opened, its state changed (updated), it
+was resolved, its report is ready, or remediation planned steps that wait for a person. Each event carries the
+incident as it was at that moment, so a subscriber that runs later still tells the truth about that moment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from core.types import Action, Finding, Incident, IncidentState, Report
+
+
+class EventKind(str, Enum):
+    OPENED = "opened"
+    UPDATED = "updated"
+    RESOLVED = "resolved"
+    REPORT_READY = "report_ready"
+    APPROVAL_NEEDED = "approval_needed"
+
+
+# The kinds that are a change of the incident itself: what webhooks and IM groups hear about it.
+LIFECYCLE = frozenset({EventKind.OPENED, EventKind.UPDATED, EventKind.RESOLVED})
+
+
+@dataclass(frozen=True)
+class IncidentEvent:
+    kind: EventKind
+    incident: Incident
+    finding: Finding | None = None  # OPENED: the finding that opened it
+    report: Report | None = None  # REPORT_READY
+    actions: tuple[Action, ...] = ()  # APPROVAL_NEEDED: the steps waiting for a decision
+    detail: dict[str, Any] = field(default_factory=dict)  # who changed it and why, for the record
+
+    @classmethod
+    def opened(cls, incident: Incident, finding: Finding | None = None) -> IncidentEvent:
+        return cls(EventKind.OPENED, incident, finding=finding)
+
+    @classmethod
+    def state_changed(cls, incident: Incident, *, by: str = "", reason: str = "") -> IncidentEvent:
+        """RESOLVED when the incident now is, UPDATED otherwise (mitigating, reopened, severity)."""
+        kind = EventKind.RESOLVED if incident.state is IncidentState.RESOLVED else EventKind.UPDATED
+        detail = {k: v for k, v in (("by", by), ("reason", reason)) if v}
+        return cls(kind, incident, detail=detail)
+
+    @classmethod
+    def report_ready(cls, incident: Incident, report: Report) -> IncidentEvent:
+        return cls(EventKind.REPORT_READY, incident, report=report)
+
+    @classmethod
+    def approval_needed(cls, incident: Incident, actions: Sequence[Action]) -> IncidentEvent:
+        return cls(EventKind.APPROVAL_NEEDED, incident, actions=tuple(actions))
+
+    def describe(self) -> str:
+        return f"{self.kind.value} {self.incident.id}"

@@ -1,0 +1,112 @@
+"""The subscribers to incident events: who reacts to an incident opening, changing, or its report being ready.
+
+Each is small and says which kinds it handles; `argus/wiring.py` puts them in one explicit list. They run on the
+bus's workers, one worker each, so none of them can hold up detection or another subscriber.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+
+from argus.incidents.events import LIFECYCLE, EventKind, IncidentEvent
+from core.ports import Notifier
+from core.types import Action, ActionState
+
+if TYPE_CHECKING:
+    from argus.approval_links import ApprovalLinks
+    from argus.exporter import ArgusMetrics
+    from argus.incidents.bus import EventSink
+    from argus.notify.dispatcher import Dispatcher
+    from argus.reports import ReportService
+    from remediation.runner import Remediator
+
+
+class NotifierSubscriber:
+    """A Notifier (the generic JSON webhook, the ops agent's endpoint) told of each opened, updated and resolved
+    incident."""
+
+    def __init__(self, notifier: Notifier, *, name: str | None = None) -> None:
+        self.notifier = notifier
+        self.name = name or notifier.name
+
+    def receive(self, event: IncidentEvent) -> None:
+        if event.kind in LIFECYCLE:
+            self.notifier.notify(event.incident, event.kind.value)
+
+
+class ImSubscriber:
+    """The IM dispatcher: lifecycle messages, the report when it is ready, and approve/reject links for steps that
+    wait (signed links where `links` is configured)."""
+
+    name = "im"
+
+    def __init__(self, dispatcher: Dispatcher, links: ApprovalLinks | None = None) -> None:
+        self.dispatcher = dispatcher
+        self.links = links
+
+    def receive(self, event: IncidentEvent) -> None:
+        from argus.notify.message import approval_links_for
+
+        if event.kind in LIFECYCLE:
+            self.dispatcher.notify(event.incident, event.kind.value)
+        elif event.kind is EventKind.REPORT_READY and event.report is not None:
+            self.dispatcher.notify_report(event.incident, event.report)
+        elif event.kind is EventKind.APPROVAL_NEEDED and self.links is not None:
+            self.dispatcher.notify_approval(event.incident, approval_links_for(event.actions, self.links))
+
+
+class ReportSubscriber:
+    """Queues a root-cause report for each new incident (ReportService writes it on its own workers)."""
+
+    name = "reports"
+
+    def __init__(self, reports: ReportService) -> None:
+        self.reports = reports
+
+    def receive(self, event: IncidentEvent) -> None:
+        if event.kind is EventKind.OPENED:
+            self.reports.submit(event.incident.id)
+
+
+class RemediationSubscriber:
+    """Plans the policy's steps for each new incident; steps that wait for a decision are announced."""
+
+    name = "remediation"
+
+    def __init__(self, remediator: Remediator, events: EventSink) -> None:
+        self.remediator = remediator
+        self.events = events
+
+    def receive(self, event: IncidentEvent) -> None:
+        if event.kind is not EventKind.OPENED:
+            return
+        waiting = waiting_for_decision(self.remediator.plan(event.incident))
+        if waiting:
+            self.events.publish(IncidentEvent.approval_needed(event.incident, waiting))
+
+
+class MetricsSubscriber:
+    """Counts opened incidents (wherever they came from) and keeps the open-incident series current."""
+
+    name = "metrics"
+
+    def __init__(self, metrics: ArgusMetrics, store: Any) -> None:
+        self.metrics = metrics
+        self.store = store
+
+    def receive(self, event: IncidentEvent) -> None:
+        if event.kind is EventKind.OPENED:
+            self.metrics.incident_opened(event.incident)
+        if event.kind in LIFECYCLE:
+            try:
+                self.metrics.refresh_incidents(self.store)
+            except Exception as exc:  # the store being busy: the next tick refreshes them again
+                logger.warning("could not refresh the open-incident series: {}", exc)
+
+
+def waiting_for_decision(actions: Sequence[Action]) -> list[Action]:
+    """The planned steps that wait for a person (a dry run waits for nobody)."""
+    return [a for a in actions if a.state is ActionState.PLANNED and not a.dry_run]
