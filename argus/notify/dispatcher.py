@@ -20,7 +20,8 @@ Per channel ("lane"):
 
 Digests waiting in memory are sent by `flush()`, which `notify*` calls and `start()` runs every second; pending
 digests are lost if the process dies before that (the events are then recorded nowhere). Sending happens in the
-calling thread: a first failure costs the caller the retry sequence (attempts x timeout plus backoff). A delivery
+calling thread: a first failure costs the caller the retry sequence (attempts x timeout plus backoff). That caller
+is the IM subscriber's own worker on the incident bus (argus/incidents/bus.py), never the detection tick. A delivery
 that failed is recorded and not tried again unless the same event is notified again.
 """
 

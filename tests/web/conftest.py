@@ -16,6 +16,8 @@ from fastapi import FastAPI
 
 from argus.api.app import create_app
 from argus.control_plane import ControlPlane
+from argus.incidents.bus import EventBus
+from argus.incidents.desk import IncidentDesk
 from argus.localstack.ports import free_port
 from argus.reports import ReportService
 from argus.store.store import Store
@@ -30,6 +32,7 @@ from rca.redact import Redactor
 from remediation.actions import Context
 from remediation.policy import Mode, load_policy
 from remediation.runner import Remediator
+from tests.helpers import RecordingSubscriber
 
 SID = "grpo-20260501T120000Z-ab12"
 NODE_IP = "10.0.0.7"
@@ -47,6 +50,7 @@ class Site:
     incident_id: str
     actions: list[Action]
     tokens: dict[Role, str] = field(default_factory=dict)
+    told: RecordingSubscriber = field(default_factory=RecordingSubscriber)  # incident events the pages caused
 
     def step(self, kind: str) -> Action:
         return next(a for a in self.actions if a.kind == kind)
@@ -108,8 +112,11 @@ def build_site(tmp_path: Path, *, with_control: bool = True) -> Site:
     incident, _ = store.record_finding(finding)
     actions = remediator.plan(incident)
     ReportService(store, RcaEngine(load_rules([]), Redactor), shared).write(incident.id, llm=False)
-    app = create_app(store=store, control=control if with_control else None, remediator=remediator)
-    site = Site(store=store, app=app, remediator=remediator, shared=shared, incident_id=incident.id, actions=actions)
+    told = RecordingSubscriber()
+    app = create_app(store=store, control=control if with_control else None, remediator=remediator,
+                     incidents=IncidentDesk(store, events=EventBus().start([told])))
+    site = Site(store=store, app=app, remediator=remediator, shared=shared, incident_id=incident.id, actions=actions,
+                told=told)
     for role, name in TOKEN_NAMES.items():
         site.tokens[role] = store.create_token(name, role, created_by="tests")[1]
     return site

@@ -218,6 +218,9 @@ def test_reject_and_resolve_need_a_reason_and_record_it(site: Site) -> None:
     assert done.status_code == 303 and site.store.get_incident(site.incident_id).state is IncidentState.RESOLVED
     page = client.get(done.headers["location"]).text
     assert "The incident is resolved." in page and ">Resolve<" not in page
+    assert site.app.state.incidents.events.drain(10)  # people are told, as by the API's resolve
+    assert [(e.kind.value, e.detail) for e in site.told.events] == [
+        ("resolved", {"by": "op-alice", "reason": "fixed by hand"})]
 
 
 def test_a_viewer_cannot_approve_even_with_a_good_csrf_token(site: Site) -> None:
