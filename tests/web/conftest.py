@@ -16,7 +16,6 @@ from fastapi import FastAPI
 
 from argus.api.app import create_app
 from argus.control_plane import ControlPlane
-from argus.localstack.ports import free_port
 from argus.reports import ReportService
 from argus.store.store import Store
 from argus.store.tokens import Role
@@ -30,6 +29,7 @@ from rca.redact import Redactor
 from remediation.actions import Context
 from remediation.policy import Mode, load_policy
 from remediation.runner import Remediator
+from stage.localstack.ports import free_port
 
 SID = "grpo-20260501T120000Z-ab12"
 NODE_IP = "10.0.0.7"
