@@ -14,8 +14,9 @@ from core.types import Action, ActionState, Category, Incident, IncidentState, S
 from detectors.lost_node import LostNodeDetector
 from remediation.policy import DEFAULT_POLICY, load_policy
 from stage.demo.faults import FAULTS
-from stage.demo.inject import Injection, is_its_incident, planned_restart
+from stage.demo.inject import DemoContext, Injection, is_its_incident, planned_restart
 from stage.demo.table import Row, render
+from stage.localstack.jobs import JOBS_DIR
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 SID = "sft-20261122T120000Z-ab12"
@@ -93,3 +94,12 @@ def test_a_planned_restart_is_not_a_lost_node(ray_cluster, ray_faults) -> None: 
         time.sleep(1)
     [dead] = states.values()
     assert "argus: planned restart" in (dead.text or str(dead.attrs))
+
+
+def test_the_demo_finds_its_job_scripts_where_the_stage_keeps_them(tmp_path):
+    ctx = DemoContext(cluster=None, sims=[], api=None, code_dir=tmp_path / "code")
+    ctx.prepare_code()
+    copied = sorted(p.name for p in ctx.code_dir.iterdir())
+    assert copied == ["cuda_oom.py", "gloo_steps.py", "host_oom.py", "idle_gpus.py", "train.py"]
+    assert (ctx.code_dir / "host_oom.py").read_text() == (JOBS_DIR / "host_oom.py").read_text()
+    assert JOBS_DIR.parent.name == "localstack" and JOBS_DIR.parent.parent.name == "stage"
