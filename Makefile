@@ -21,10 +21,12 @@ setup: $(STAMP) system-deps
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstalls only when pyproject.toml changes, so a second `make test` starts at once.
-$(STAMP): pyproject.toml | $(PY)
+# Reinstalls only when a pyproject.toml changes, so a second `make test` starts at once. The stage (stage/: local
+# stack, DCGM simulator, demo) is its own distribution beside Argus; its only dependency is Argus, installed above.
+$(STAMP): pyproject.toml stage/pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps -e ./stage
 	touch $(STAMP)
 
 system-deps:

@@ -210,7 +210,17 @@ def demo(
     work_dir: Annotated[Path, typer.Option(help="where the demo keeps its state and logs")] = Path(".stack/demo"),
 ) -> None:
     """Bring up a local Ray cluster and its monitoring, cause six faults, and show Argus detect, explain and act."""
-    from argus.demo import run_demo
+    # The demo lives in the stage (stage/), not in the application: the one import of it under argus/.
+    try:
+        from stage.demo import run_demo
+    except ModuleNotFoundError as exc:
+        if exc.name != "stage" and not (exc.name or "").startswith("stage."):
+            raise
+        raise ArgusError(
+            "the demo is not installed: it is part of the `stage` package, which comes with a source checkout "
+            "and is not in the argus-gpu wheel",
+            hint="in a source checkout run `make demo`, or `pip install -e ./stage` and then `argus demo`",
+        ) from None
     raise typer.Exit(run_demo(work_dir=work_dir, keep=keep, console=out))
 
 
@@ -219,13 +229,11 @@ def _register_plugins() -> None:
     from argus.cli_dashboards import register as register_dashboards
     from argus.cli_rules import register as register_rules
     from argus.cli_tokens import register as register_tokens
-    from argus.sim.cli import register as register_sim
 
     register_analyze(app)
     register_dashboards(app)
     register_rules(app)
     register_tokens(app)
-    register_sim(app)
 
 
 def main() -> None:

@@ -24,12 +24,12 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from argus.daemon import Daemon  # noqa: E402
-from argus.localstack.process import REGISTRY, install_exit_handlers  # noqa: E402
-from argus.localstack.ray_cluster import RayCluster  # noqa: E402
 from argus.store.store import Store  # noqa: E402
 from argus.wiring import build_incidents, build_pipeline  # noqa: E402
 from core.logging import setup_logging  # noqa: E402
 from core.settings import load_settings  # noqa: E402
+from stage.localstack.process import REGISTRY, install_exit_handlers  # noqa: E402
+from stage.localstack.ray_cluster import RayCluster  # noqa: E402
 
 
 def main() -> int:

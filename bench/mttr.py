@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from argus.localstack.process import poll_until  # noqa: E402
-from argus.localstack.trainer import RESUMABLE_TRAINER  # noqa: E402
+from stage.localstack.process import poll_until  # noqa: E402
+from stage.localstack.trainer import RESUMABLE_TRAINER  # noqa: E402
 
 
 def one_run(cluster, work: Path, run: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -111,8 +111,8 @@ def main() -> int:
     parser.add_argument("-n", type=int, default=3, help="runs")
     parser.add_argument("--ray-defaults", action="store_true", help="Ray's default health check (3 s x 5)")
     args = parser.parse_args()
-    from argus.localstack.process import REGISTRY, install_exit_handlers
-    from argus.localstack.ray_cluster import RayCluster
+    from stage.localstack.process import REGISTRY, install_exit_handlers
+    from stage.localstack.ray_cluster import RayCluster
 
     install_exit_handlers()
     console = Console()
@@ -143,7 +143,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from argus.localstack.process import StackTimeout
+    from stage.localstack.process import StackTimeout
 
     try:
         sys.exit(main())

@@ -96,8 +96,8 @@ def llm_writer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
     if args.llm_url:
         return LlmWriter(args.llm_url, args.llm_model, timeout_s=300, max_retries=0)
-    from argus.localstack.llm import LlamaServer, llm_paths
-    from argus.localstack.process import REGISTRY, install_exit_handlers
+    from stage.localstack.llm import LlamaServer, llm_paths
+    from stage.localstack.process import REGISTRY, install_exit_handlers
 
     install_exit_handlers()  # a killed benchmark must not leave its server behind
     paths = llm_paths()

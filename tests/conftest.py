@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from argus.localstack.alertmanager import Alertmanager
-from argus.localstack.process import REGISTRY
-from argus.localstack.prometheus import Prometheus
-from argus.localstack.ray_cluster import RayCluster, RayNode
-from argus.localstack.sshd import Sshd
-from argus.localstack.webhook_receiver import WebhookReceiver
+from stage.localstack.alertmanager import Alertmanager
+from stage.localstack.process import REGISTRY
+from stage.localstack.prometheus import Prometheus
+from stage.localstack.ray_cluster import RayCluster, RayNode
+from stage.localstack.sshd import Sshd
+from stage.localstack.webhook_receiver import WebhookReceiver
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -261,7 +261,7 @@ def llm_server(stack_dir: Path) -> Iterator[Any]:
     """
     import os
 
-    from argus.localstack.llm import LlamaServer, llm_paths
+    from stage.localstack.llm import LlamaServer, llm_paths
 
     paths = llm_paths()
     if not paths.present:

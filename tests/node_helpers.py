@@ -13,9 +13,9 @@ from typing import Any
 import psutil
 import pytest
 
-from argus.localstack.ports import free_port
-from argus.localstack.sshd import Sshd
 from control.nodes import NodeSpec
+from stage.localstack.ports import free_port
+from stage.localstack.sshd import Sshd
 
 NODE_IP = "127.0.0.5"
 RAY_BIN = str(Path(sys.executable).parent / "ray")

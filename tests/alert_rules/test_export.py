@@ -18,7 +18,6 @@ import yaml
 from typer.testing import CliRunner
 
 from argus.cli_rules import register
-from argus.sim.dcgm_exporter import DcgmExporterSim
 from detectors.metric_rules import (
     EXPORT_FILE_NAME,
     MetricRuleSet,
@@ -27,6 +26,7 @@ from detectors.metric_rules import (
     load_metric_rules,
     write_export,
 )
+from stage.sim.dcgm_exporter import DcgmExporterSim
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERT_RULES = ROOT / "alert_rules"

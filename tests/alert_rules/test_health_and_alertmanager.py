@@ -22,10 +22,10 @@ from typer.testing import CliRunner
 
 from argus.cli_rules import HEALTH_FILE_NAME, PROMETHEUS_SERIES, unknown_metrics
 from argus.exporter import ArgusMetrics, exported_series_names
-from argus.localstack.alertmanager import Alertmanager
-from argus.localstack.webhook_receiver import WebhookReceiver
 from core.types import Severity
 from detectors.metric_rules import find_amtool, load_metric_rules, promql_metric_names, rule_file_metric_names
+from stage.localstack.alertmanager import Alertmanager
+from stage.localstack.webhook_receiver import WebhookReceiver
 from tests.alert_rules.test_export import ALERT_RULES, COMMITTED, UNIT_TESTS, cli, promtool
 
 HEALTH = ALERT_RULES / HEALTH_FILE_NAME

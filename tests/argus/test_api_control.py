@@ -15,11 +15,11 @@ from fastapi.testclient import TestClient
 
 from argus.api.app import create_app
 from argus.control_plane import ControlPlane
-from argus.localstack.ports import free_port
 from argus.store.store import Store
 from argus.store.tokens import Role, allows
 from control.jobs import JobController
 from control.node_manager import NodeManager
+from stage.localstack.ports import free_port
 
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOvHd5Yq4s1nE0CkW2m3n5b8xk9Zr7bq3u9Yp2sT6fQx"
 ROLES = (Role.VIEWER, Role.OPERATOR, Role.AGENT, Role.ADMIN)

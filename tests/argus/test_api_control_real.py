@@ -15,12 +15,12 @@ from fastapi.testclient import TestClient
 
 from argus.api.app import create_app
 from argus.control_plane import ControlPlane
-from argus.localstack.ray_cluster import RayCluster
-from argus.localstack.sshd import Sshd
 from argus.store.store import Store
 from argus.store.tokens import Role
 from control.jobs import JobController
 from control.node_manager import NODE_LABEL, NodeManager
+from stage.localstack.ray_cluster import RayCluster
+from stage.localstack.sshd import Sshd
 from tests.helpers import wait_until
 from tests.node_helpers import NODE_IP, node_data, processes_with, ray_temp_dir
 

@@ -66,8 +66,20 @@ def test_unreachable_database_is_a_clear_error():
 def test_help_lists_the_commands():
     result = run("--help")
     assert result.returncode == 0
-    for command in ("serve", "incidents", "analyze", "demo", "dcgm-sim", "tokens"):
+    for command in ("serve", "incidents", "analyze", "demo", "tokens"):
         assert command in result.stdout
+    assert "dcgm-sim" not in result.stdout  # the simulator is the stage's (`argus-stage dcgm-sim`), not Argus's
+
+
+def test_demo_without_the_stage_says_how_to_get_it():
+    # What an `argus-gpu` wheel install sees: no `stage` package (None in sys.modules makes its import fail).
+    program = ("import sys; sys.modules['stage'] = None; sys.argv = ['argus', 'demo']; "
+               "from argus.cli import main; main()")
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=full_env, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "stage" in result.stderr and "make demo" in result.stderr and "pip install -e ./stage" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_serve_stays_up_without_ray_and_says_so(tmp_path):
@@ -76,7 +88,7 @@ def test_serve_stays_up_without_ray_and_says_so(tmp_path):
 
     import httpx
 
-    from argus.localstack.ports import free_port
+    from stage.localstack.ports import free_port
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}

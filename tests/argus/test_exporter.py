@@ -30,10 +30,7 @@ from argus.exporter import (
     metrics_router,
 )
 from argus.incidents.desk import IncidentDesk
-from argus.localstack.ports import free_port
-from argus.localstack.webhook_receiver import Reply, WebhookReceiver
 from argus.pipeline import Pipeline
-from argus.sim.dcgm_exporter import DcgmExporterSim
 from argus.store.store import Store
 from argus.wiring import build_control, build_dispatcher, build_incidents, build_pipeline, build_remediator
 from collectors.dcgm import DcgmScrapeCollector
@@ -55,6 +52,9 @@ from detectors.idle_gpu import IdleGpuDetector
 from detectors.stall import StallDetector
 from remediation.actions import STEPS
 from remediation.runner import FINAL_STATES
+from stage.localstack.ports import free_port
+from stage.localstack.webhook_receiver import Reply, WebhookReceiver
+from stage.sim.dcgm_exporter import DcgmExporterSim
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
 

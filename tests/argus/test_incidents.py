@@ -15,7 +15,6 @@ from argus.incidents.correlate import Correlator
 from argus.incidents.desk import IncidentDesk, Outcome
 from argus.incidents.events import EventKind, IncidentEvent
 from argus.incidents.subscribers import NotifierSubscriber
-from argus.localstack.webhook_receiver import Reply, WebhookReceiver
 from argus.notify.webhook import WebhookNotifier
 from argus.pipeline import Pipeline
 from argus.store.store import Store
@@ -23,6 +22,7 @@ from argus.wiring import build_incidents
 from core.errors import NotFound
 from core.settings import load_settings
 from core.types import Category, Evidence, Finding, IncidentState, Severity, Subject, SubjectKind
+from stage.localstack.webhook_receiver import Reply, WebhookReceiver
 from tests.helpers import RecordingSubscriber, wait_until
 
 T0 = datetime.now(timezone.utc)  # the correlator looks back 30 minutes from now

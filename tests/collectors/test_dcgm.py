@@ -12,11 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from argus.sim.dcgm_exporter import DcgmExporterSim
 from collectors.dcgm import DcgmScrapeCollector, GpuSample, parse_dcgm_metrics
 from core.errors import ConfigError, InputError, SourceUnavailable
 from core.ports import Collector
 from core.types import SignalKind, SubjectKind
+from stage.sim.dcgm_exporter import DcgmExporterSim
 
 REAL_SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm" / "real_exporter_sample.txt"
 

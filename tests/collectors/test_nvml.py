@@ -2,7 +2,7 @@
 
 What is real: the pynvml package (nvidia-ml-py) and, on this GPU-less machine, its real failure to load
 libnvidia-ml; NVML's error classes and constants, which the stand-in borrows from pynvml; dcgm-exporter's
-text format (argus.sim renders it) and collectors.dcgm's parser. What is simulated: `StandInGpuHost`
+text format (stage.sim renders it) and collectors.dcgm's parser. What is simulated: `StandInGpuHost`
 stands in for a host with GPUs, answering the handful of NVML calls the collector makes with fixed values.
 The last test reads a real GPU and runs only where NVML initialises.
 """
@@ -17,11 +17,11 @@ from typing import Any
 import pynvml
 import pytest
 
-from argus.sim.dcgm_exporter import SimGpu, SimNode, render_metrics
 from collectors.dcgm import parse_dcgm_metrics
 from collectors.nvml import NO_DRIVER_HINT, NvmlCollector
 from core.errors import SourceUnavailable
 from core.types import SignalKind, SubjectKind
+from stage.sim.dcgm_exporter import SimGpu, SimNode, render_metrics
 
 MIB = 1024 * 1024
 DRIVER = "535.129.03"

@@ -3,9 +3,9 @@ prometheus-api-client, as Argus reads a production Prometheus."""
 
 import pytest
 
-from argus.sim.dcgm_exporter import DcgmExporterSim
 from collectors.prometheus import PrometheusClient, PrometheusTargetsCollector
 from core.errors import InputError, SourceUnavailable
+from stage.sim.dcgm_exporter import DcgmExporterSim
 from tests.helpers import wait_until
 
 

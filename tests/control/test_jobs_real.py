@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from argus.localstack.ray_cluster import RayCluster
 from control.jobs import JobController, JobRecord
 from control.jobspec import JobSpec
 from core.errors import InputError, NotFound, SourceUnavailable
+from stage.localstack.ray_cluster import RayCluster
 from tests.helpers import wait_until
 
 PY = sys.executable

@@ -14,12 +14,12 @@ from typing import Any
 import psutil
 import pytest
 
-from argus.localstack.ray_cluster import RayCluster
-from argus.localstack.sshd import Sshd
 from control.node_manager import NODE_LABEL, NodeManager
 from control.nodes import MemoryNodeRegistry, NodeState
 from control.ssh import HostKeyRejected, SshRunner
 from core.errors import InputError
+from stage.localstack.ray_cluster import RayCluster
+from stage.localstack.sshd import Sshd
 from tests.node_helpers import NODE_IP, node_spec, processes_with, ray_temp_dir
 
 temp_dir = ray_temp_dir  # this module's tests call the fixture temp_dir

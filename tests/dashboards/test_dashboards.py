@@ -40,8 +40,8 @@ from argus.dashboards import (
     variable_promql,
     variable_samples,
 )
-from argus.sim.dcgm_exporter import DcgmExporterSim
 from core.errors import ConfigError
+from stage.sim.dcgm_exporter import DcgmExporterSim
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "dashboards"
@@ -561,7 +561,7 @@ def fake_ray_endpoint():
     """A real /metrics endpoint serving Ray-shaped names (prometheus_client over HTTP)."""
     from prometheus_client import start_http_server
 
-    from argus.localstack.ports import free_port
+    from stage.localstack.ports import free_port
 
     registry = CollectorRegistry()
     Gauge("ray_node_cpu_utilization", "x", ("ip", "Version"), registry=registry).labels("10.0.0.1", "9.9.9").set(3)
@@ -587,7 +587,7 @@ def test_ray_metrics_refuses_a_target_that_is_not_ray_or_not_there(tmp_path):
         not_ray = CliRunner().invoke(cli(), ["dashboards", "ray-metrics", "--target", f"127.0.0.1:{sim.port}",
                                              "--out", str(out)])
     assert not_ray.exit_code == 2 and "no Ray metric" in not_ray.output
-    from argus.localstack.ports import free_port
+    from stage.localstack.ports import free_port
 
     absent = CliRunner().invoke(cli(), ["dashboards", "ray-metrics", "--target", f"127.0.0.1:{free_port()}",
                                         "--out", str(out)])

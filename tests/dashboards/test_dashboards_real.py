@@ -29,11 +29,11 @@ from argus.dashboards import (
     wait_for_ray_names,
 )
 from argus.exporter import ArgusMetrics
-from argus.localstack.ports import free_port
-from argus.sim.dcgm_exporter import DcgmExporterSim
 from collectors.placement import JobPlacement, NodeGpus
 from core.errors import ConfigError
 from detectors.stall import JobProgress
+from stage.localstack.ports import free_port
+from stage.sim.dcgm_exporter import DcgmExporterSim
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "dashboards"

@@ -11,12 +11,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from argus.sim.dcgm_exporter import DcgmExporterSim
 from collectors.placement import GpuPlacementCollector, PrometheusGpuCollector
 from collectors.prometheus import PrometheusClient
 from core.errors import ConfigError
 from core.types import Category, Signal, SignalKind, Subject, SubjectKind
 from detectors.idle_gpu import IdleGpuDetector
+from stage.sim.dcgm_exporter import DcgmExporterSim
 from tests.helpers import holding_job, wait_until
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)

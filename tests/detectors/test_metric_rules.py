@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from argus.sim.dcgm_exporter import DEFAULT_COUNTERS, DcgmExporterSim
 from collectors.metric_rules import MetricRuleCollector, subject_of
 from collectors.prometheus import PrometheusClient
 from core.errors import InputError, RuleError, SourceUnavailable
@@ -32,6 +31,7 @@ from detectors.metric_rules import (
     promtool_check,
     render_template,
 )
+from stage.sim.dcgm_exporter import DEFAULT_COUNTERS, DcgmExporterSim
 from tests.helpers import wait_until
 
 GOOD = """\

@@ -23,12 +23,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from argus.localstack.jobs import JOBS_DIR
-from argus.localstack.ray_cluster import RayCluster
 from collectors.ray_state import RayStateCollector
 from core.types import Category, SignalKind
 from detectors.engine import RuleSet
 from detectors.job_failure import JobFailureDetector
+from stage.localstack.jobs import JOBS_DIR
+from stage.localstack.ray_cluster import RayCluster
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(420)]
 

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from argus.localstack.jobs import JOBS_DIR
-from argus.localstack.ray_cluster import RayCluster
 from collectors.ray_state import RayStateCollector
 from core.types import Category, Finding, Signal, SignalKind, Subject, SubjectKind, utcnow
 from detectors.stall import StallDetector
+from stage.localstack.jobs import JOBS_DIR
+from stage.localstack.ray_cluster import RayCluster
 
 pytest.importorskip("torch", reason="the stall test needs torch==2.13.0 (CPU build): pip install -e .[dev]")
 

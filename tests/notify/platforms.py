@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from argus.localstack.webhook_receiver import Reply, WebhookReceiver
+from stage.localstack.webhook_receiver import Reply, WebhookReceiver
 
 # ---- error bodies copied from public issue threads -----------------------------------------------------------
 

@@ -6,13 +6,13 @@ import re
 import sqlite3
 from pathlib import Path
 
-from argus.localstack.ports import free_port
-from argus.localstack.webhook_receiver import Reply
 from argus.notify.dispatcher import Dispatcher, TokenBucket
 from argus.notify.message import ApprovalLink
 from argus.store.store import Store
 from core.channels import ChannelConfig
 from core.types import Category, IncidentState, Report, Severity
+from stage.localstack.ports import free_port
+from stage.localstack.webhook_receiver import Reply
 from tests.notify.conftest import KINDS, PUBLIC_URL, configs, open_incident
 from tests.notify.platforms import (
     DINGTALK_TOO_FAST,

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from argus.localstack.webhook_receiver import Reply, WebhookReceiver
+from stage.localstack.webhook_receiver import Reply, WebhookReceiver
 
 
 def test_default_reply_is_unchanged(webhook_receiver):

@@ -12,13 +12,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from argus.localstack.ports import free_port
 from core.types import Category
 from detectors.engine import load_rules
 from rca.engine import RcaEngine
 from rca.evidence import LogSource
 from rca.llm import LlmWriter
 from rca.redact import Redactor
+from stage.localstack.ports import free_port
 from tests.rca.test_report import OOM_LOG, finding, incident
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from argus.sim.dcgm_exporter import DcgmExporterSim
 from collectors.prometheus import PrometheusClient
 from core.types import Category, utcnow
 from detectors.engine import load_rules
 from rca.engine import RcaEngine
 from rca.metrics import PrometheusMetricsReader
 from rca.redact import Redactor
+from stage.sim.dcgm_exporter import DcgmExporterSim
 from tests.helpers import wait_until
 from tests.rca.test_report import OOM_LOG, finding, incident
 
@@ -49,7 +49,7 @@ def test_metrics_around_the_event_per_node(prometheus_stack, ray_cluster, sim) -
 
 
 def test_prometheus_down_leaves_the_report_without_metrics_and_says_so(ray_cluster) -> None:  # type: ignore[no-untyped-def]
-    from argus.localstack.ports import free_port
+    from stage.localstack.ports import free_port
 
     reader = PrometheusMetricsReader(PrometheusClient(f"http://127.0.0.1:{free_port()}", timeout_s=2))
     engine = RcaEngine(load_rules([]), Redactor, metrics=reader)

@@ -12,7 +12,6 @@ from fastapi.testclient import TestClient
 
 from argus.api.app import create_app
 from argus.approval_links import ApprovalLinks, load_secret
-from argus.localstack.ports import free_port
 from argus.store.store import Store
 from control.jobs import JobController
 from control.local import LocalRunner
@@ -20,6 +19,7 @@ from core.types import ActionState, Category, Evidence, Finding, Severity, Subje
 from remediation.actions import Context
 from remediation.policy import Mode, load_policy
 from remediation.runner import Remediator
+from stage.localstack.ports import free_port
 
 
 class Clock:

@@ -20,7 +20,6 @@ from fastapi.testclient import TestClient
 
 from argus.api.app import create_app
 from argus.incidents.desk import IncidentDesk
-from argus.localstack.trainer import RESUMABLE_TRAINER
 from argus.pipeline import Pipeline
 from argus.store.store import Store
 from collectors.ray_state import RayStateCollector
@@ -32,6 +31,7 @@ from detectors.lost_node import LostNodeDetector
 from remediation.actions import Context
 from remediation.policy import Mode, load_policy
 from remediation.runner import Remediator
+from stage.localstack.trainer import RESUMABLE_TRAINER
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.ray]

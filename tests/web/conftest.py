@@ -18,7 +18,6 @@ from argus.api.app import create_app
 from argus.control_plane import ControlPlane
 from argus.incidents.bus import EventBus
 from argus.incidents.desk import IncidentDesk
-from argus.localstack.ports import free_port
 from argus.reports import ReportService
 from argus.store.store import Store
 from argus.store.tokens import Role
@@ -32,6 +31,7 @@ from rca.redact import Redactor
 from remediation.actions import Context
 from remediation.policy import Mode, load_policy
 from remediation.runner import Remediator
+from stage.localstack.ports import free_port
 from tests.helpers import RecordingSubscriber
 
 SID = "grpo-20260501T120000Z-ab12"

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import uvicorn
 
-from argus.localstack.ports import free_port
 from argus.store.tokens import Role
 from core.types import ActionState, Category, Finding, Severity, Subject, SubjectKind
+from stage.localstack.ports import free_port
 from tests.helpers import wait_until
 from tests.web.conftest import TOKEN_NAMES, Site, build_site
 
