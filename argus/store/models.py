@@ -1,30 +1,35 @@
 """The store's tables: incidents, findings, actions, reports; API tokens and the audit log; GPU nodes
-and their state transitions.
+and their state transitions; notification deliveries.
 
 Rows mirror core.types; enums are stored as their string values so a new reader needs no Python enum
-to understand the database. The column types below also decide what text and time look like on disk,
-so SQLite and PostgreSQL return the same values:
-
-- every datetime is stored in UTC and read back timezone-aware, also on SQLite (which has no time
-  zones: it gets naive UTC text, which also keeps its string comparisons in time order);
-- text never reaches the database with a NUL or an unpaired surrogate: PostgreSQL rejects NUL in text
-  and JSON, and no UTF-8 driver can encode a lone surrogate. Both become U+FFFD, on every backend,
-  so a hostile log line is stored (changed by one visible character) instead of failing the pipeline;
-- JSON never holds NaN or infinity (not JSON; PostgreSQL rejects them): they become null.
+to understand the database. Each row reads itself back as the value the store hands out (`to_domain`),
+and the rows built from core.types build themselves (`from_domain`), so the repositories beside this
+module only query. What text, JSON and time look like on disk is columns.py's business.
 """
 
 from __future__ import annotations
 
-import math
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, text
-from sqlalchemy.engine import Dialect
+from sqlalchemy import Float, ForeignKey, Index, Integer, MetaData, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
 
-REPLACEMENT = "\ufffd"
+from argus.store.columns import CleanJSON, CleanString, CleanText, UTCDateTime, jsonable
+from argus.store.tokens import AuditRecord, Role, TokenRecord
+from core.types import (
+    Action,
+    ActionState,
+    Category,
+    Evidence,
+    Finding,
+    Incident,
+    IncidentState,
+    Report,
+    Severity,
+    Subject,
+)
 
 # Explicit constraint names: Alembic can only drop or alter what it can name, the same on every backend.
 NAMING = {
@@ -38,82 +43,6 @@ NAMING = {
 # Longest values of the short indexed columns; longer input is refused (fingerprint) or cut (subject_id).
 FINGERPRINT_MAX = 255
 SUBJECT_ID_MAX = 512
-
-
-def clean_text(value: str) -> str:
-    """`value` with NUL and unpaired surrogates replaced by U+FFFD; unchanged (same object) when clean."""
-    if "\x00" in value:
-        value = value.replace("\x00", REPLACEMENT)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        # Round-trip through UTF-16 so valid surrogate pairs join into one character and only
-        # unpaired halves are replaced.
-        value = value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return value
-
-
-def clean_json(value: Any) -> Any:
-    """A JSON-ready value with every string (keys too) cleaned and non-finite floats turned into None."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, bool) or value is None or isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {clean_text(str(k)): clean_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean_json(v) for v in value]
-    raise TypeError(f"cannot store {type(value).__name__} as JSON; convert it to str, number, list or dict")
-
-
-class CleanText(TypeDecorator[str]):
-    impl = Text
-    cache_ok = True
-
-    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
-        return None if value is None else clean_text(value)
-
-
-class CleanString(TypeDecorator[str]):
-    """A bounded VARCHAR with the same cleaning as CleanText (ids, fingerprints, enum values)."""
-
-    impl = String
-    cache_ok = True
-
-    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
-        return None if value is None else clean_text(value)
-
-
-class CleanJSON(TypeDecorator[Any]):
-    impl = JSON
-    cache_ok = True
-
-    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
-        return clean_json(value)
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC in, timezone-aware UTC out. A naive datetime is taken to be UTC already."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        value = value.astimezone(timezone.utc)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
 
 
 class Base(DeclarativeBase):
@@ -157,6 +86,48 @@ class IncidentRow(Base):
         ),
     )
 
+    @classmethod
+    def from_finding(cls, finding: Finding, *, id: str, detected_at: datetime) -> IncidentRow:
+        """The row of an incident that `finding` opens now."""
+        return cls(
+            id=id,
+            fingerprint=finding.fingerprint,
+            category=finding.category.value,
+            subject_kind=finding.subject.kind.value,
+            subject_id=finding.subject.id[:SUBJECT_ID_MAX],
+            subject=jsonable(finding.subject.model_dump(mode="json")),
+            state=IncidentState.OPEN.value,
+            severity=finding.severity.value,
+            summary=finding.summary,
+            reason=finding.reason,
+            first_seen=finding.first_seen,
+            last_seen=max(finding.first_seen, finding.detected_at),
+            detected_at=detected_at,
+            resolved_at=None,
+            occurrences=1,
+            recommended_action=finding.recommended_action,
+            attrs=jsonable(finding.attrs),
+        )
+
+    def to_domain(self) -> Incident:
+        return Incident(
+            id=self.id,
+            fingerprint=self.fingerprint,
+            category=Category(self.category),
+            subject=Subject.model_validate(self.subject),
+            state=IncidentState(self.state),
+            severity=Severity(self.severity),
+            summary=self.summary,
+            reason=self.reason,
+            first_seen=self.first_seen,
+            last_seen=self.last_seen,
+            detected_at=self.detected_at,
+            occurrences=self.occurrences,
+            recommended_action=self.recommended_action,
+            attrs=self.attrs,
+            resolved_at=self.resolved_at,
+        )
+
 
 class FindingRow(Base):
     __tablename__ = "findings"
@@ -180,6 +151,41 @@ class FindingRow(Base):
     fingerprint: Mapped[str] = mapped_column(CleanString(FINGERPRINT_MAX))
     attrs: Mapped[dict[str, Any]] = mapped_column(CleanJSON)
 
+    @classmethod
+    def from_domain(cls, finding: Finding, *, incident_id: str, digest: str) -> FindingRow:
+        return cls(
+            incident_id=incident_id,
+            digest=digest,
+            category=finding.category.value,
+            reason=finding.reason,
+            subject=jsonable(finding.subject.model_dump(mode="json")),
+            summary=finding.summary,
+            severity=finding.severity.value,
+            confidence=finding.confidence,
+            evidence=jsonable([e.model_dump(mode="json") for e in finding.evidence]),
+            first_seen=finding.first_seen,
+            detected_at=finding.detected_at,
+            recommended_action=finding.recommended_action,
+            fingerprint=finding.fingerprint,
+            attrs=jsonable(finding.attrs),
+        )
+
+    def to_domain(self) -> Finding:
+        return Finding(
+            category=Category(self.category),
+            reason=self.reason,
+            subject=Subject.model_validate(self.subject),
+            summary=self.summary,
+            severity=Severity(self.severity),
+            confidence=self.confidence,
+            evidence=tuple(Evidence.model_validate(e) for e in self.evidence),
+            first_seen=self.first_seen,
+            detected_at=self.detected_at,
+            recommended_action=self.recommended_action,
+            fingerprint=self.fingerprint,
+            attrs=self.attrs,
+        )
+
 
 class ActionRow(Base):
     __tablename__ = "actions"
@@ -199,6 +205,39 @@ class ActionRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
+    @classmethod
+    def from_domain(cls, action: Action, *, id: str) -> ActionRow:
+        return cls(
+            id=id,
+            incident_id=action.incident_id,
+            kind=action.kind,
+            target=jsonable(action.target.model_dump(mode="json")),
+            state=action.state.value,
+            idempotency_key=action.idempotency_key,
+            requested_by=action.requested_by,
+            reason=action.reason,
+            dry_run=action.dry_run,
+            result=jsonable(action.result),
+            created_at=action.created_at,
+            updated_at=action.updated_at,
+        )
+
+    def to_domain(self) -> Action:
+        return Action(
+            id=self.id,
+            incident_id=self.incident_id,
+            kind=self.kind,
+            target=Subject.model_validate(self.target),
+            state=ActionState(self.state),
+            idempotency_key=self.idempotency_key,
+            requested_by=self.requested_by,
+            reason=self.reason,
+            dry_run=self.dry_run,
+            result=self.result,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+        )
+
 
 class ReportRow(Base):
     __tablename__ = "reports"
@@ -214,6 +253,33 @@ class ReportRow(Base):
     generator: Mapped[str] = mapped_column(CleanText)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     data: Mapped[dict[str, Any]] = mapped_column(CleanJSON)
+
+    @classmethod
+    def from_domain(cls, report: Report, *, id: str) -> ReportRow:
+        return cls(
+            id=id,
+            incident_id=report.incident_id,
+            category=report.category.value,
+            confidence=report.confidence,
+            summary=report.summary,
+            markdown=report.markdown,
+            generator=report.generator,
+            created_at=report.created_at,
+            data=jsonable(report.data),
+        )
+
+    def to_domain(self) -> Report:
+        return Report(
+            id=self.id,
+            incident_id=self.incident_id,
+            category=Category(self.category),
+            confidence=self.confidence,
+            summary=self.summary,
+            markdown=self.markdown,
+            generator=self.generator,
+            created_at=self.created_at,
+            data=self.data,
+        )
 
 
 class ApiTokenRow(Base):
@@ -232,6 +298,13 @@ class ApiTokenRow(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
+    def to_domain(self) -> TokenRecord:
+        return TokenRecord(
+            id=self.id, name=self.name, role=Role(self.role), prefix=self.prefix, created_at=self.created_at,
+            created_by=self.created_by, expires_at=self.expires_at, revoked_at=self.revoked_at,
+            last_used_at=self.last_used_at,
+        )
+
 
 class AuditRow(Base):
     """One mutating API call: who (token name and role), what (method, path, target), when, and the result."""
@@ -248,6 +321,12 @@ class AuditRow(Base):
     status: Mapped[int] = mapped_column(Integer)
     outcome: Mapped[str] = mapped_column(CleanString(16))
     detail: Mapped[dict[str, Any]] = mapped_column(CleanJSON)
+
+    def to_domain(self) -> AuditRecord:
+        return AuditRecord(
+            id=self.id, at=self.at, actor=self.actor, role=self.role, method=self.method, path=self.path,
+            target=self.target, status=self.status, outcome=self.outcome, detail=self.detail,
+        )
 
 
 # Ray node ids are 56 hex characters; the slack is for whatever a later Ray calls them.
@@ -302,3 +381,26 @@ class DeliveryRow(Base):
     error: Mapped[str | None] = mapped_column(CleanText, nullable=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     detail: Mapped[dict[str, Any]] = mapped_column(CleanJSON)
+
+    def to_domain(self) -> DeliveryRecord:
+        return DeliveryRecord(
+            id=self.id, key=self.key, incident_id=self.incident_id, event=self.event, channel=self.channel,
+            ok=self.ok, attempts=self.attempts, status=self.status, error=self.error, at=self.at, detail=self.detail,
+        )
+
+
+@dataclass(frozen=True)
+class DeliveryRecord:
+    """One notification delivery attempt as stored (core.types has no type for it: only notify reads them)."""
+
+    id: int
+    key: str
+    incident_id: str | None
+    event: str
+    channel: str
+    ok: bool
+    attempts: int
+    status: int | None
+    error: str | None
+    at: datetime
+    detail: dict[str, Any]

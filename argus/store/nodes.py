@@ -11,17 +11,15 @@ so of two callers moving a node from the same state exactly one wins and the oth
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime
 
 from loguru import logger
 from pydantic import ValidationError
 from sqlalchemy import Engine, exc, select
-from sqlalchemy.orm import Session
 
-from argus.store import migrate
 from argus.store.models import RAY_NODE_ID_MAX, NodeRow, NodeTransitionRow
+from argus.store.repository import saved, transaction
 from control.nodes import NodeRecord, NodeSpec, NodeState, Transition, check_move, name_taken, transition
 from core.errors import InputError, NotFound, StoreError
 from core.types import utcnow
@@ -37,29 +35,22 @@ class SqlNodeRegistry:
         self._engine = engine
         self._clock = clock
 
-    @contextmanager
-    def _session(self, doing: str) -> Iterator[Session]:
-        with migrate.connected(self._engine, doing) as conn:
-            with Session(bind=conn, expire_on_commit=False, join_transaction_mode="rollback_only") as s:
-                yield s
-                s.flush()
-
     def get(self, name: str) -> NodeRecord:
-        with self._session("reading a node") as s:
+        with transaction(self._engine, "reading a node") as s:
             row = s.get(NodeRow, name)
             if row is None:
                 raise NotFound(f"no node named {name!r} is registered", hint="register it first, or list nodes")
             return _record(row)
 
     def list(self) -> list[NodeRecord]:
-        with self._session("listing nodes") as s:
+        with transaction(self._engine, "listing nodes") as s:
             records = [_record(row) for row in s.scalars(select(NodeRow))]
         # Sorted here, not by ORDER BY: PostgreSQL's collation may order '-' and '.' unlike Python.
         return sorted(records, key=lambda r: r.name)
 
     def add(self, spec: NodeSpec, *, actor: str, reason: str) -> NodeRecord:
         try:
-            with self._session("registering a node") as s:
+            with transaction(self._engine, "registering a node") as s:
                 existing = s.get(NodeRow, spec.name)
                 if existing is not None:
                     raise name_taken(spec.name, existing.state)
@@ -70,7 +61,7 @@ class SqlNodeRegistry:
                 s.flush()  # the node's row first: the transition's foreign key points at it
                 s.add(NodeTransitionRow(node=spec.name, from_state=None, to_state=NodeState.PENDING.value,
                                         actor=actor, reason=reason, at=now, ray_node_id=None))
-                record = _record(_saved(s, row))
+                record = _record(saved(s, row))
         except StoreError as err:
             if isinstance(err.__cause__, exc.IntegrityError):  # another caller registered the name meanwhile
                 raise name_taken(spec.name, None) from None
@@ -95,7 +86,7 @@ class SqlNodeRegistry:
                 f"node {name}: Ray node id of {len(ray_node_id)} characters is too long",
                 hint=f"Ray node ids are 56 hex characters; at most {RAY_NODE_ID_MAX} are stored",
             )
-        with self._session("moving a node") as s:
+        with transaction(self._engine, "moving a node") as s:
             row = s.scalars(select(NodeRow).where(NodeRow.name == name).with_for_update()).first()
             check_move(name, None if row is None else row.state, from_state, spec)
             assert row is not None
@@ -108,12 +99,12 @@ class SqlNodeRegistry:
                 row.spec = spec.model_dump(mode="json")
             s.add(NodeTransitionRow(node=name, from_state=from_state.value, to_state=to_state.value,
                                     actor=actor, reason=reason, at=now, ray_node_id=row.ray_node_id))
-            record = _record(_saved(s, row))
+            record = _record(saved(s, row))
         logger.info("node {} {} -> {} by {}", name, from_state.value, to_state.value, actor)
         return record
 
     def transitions(self, name: str) -> list[Transition]:
-        with self._session("reading a node's transitions") as s:
+        with transaction(self._engine, "reading a node's transitions") as s:
             rows = s.scalars(
                 select(NodeTransitionRow).where(NodeTransitionRow.node == name).order_by(NodeTransitionRow.id)
             )
@@ -128,12 +119,6 @@ class SqlNodeRegistry:
                 )
                 for row in rows
             ]
-
-
-def _saved(s: Session, row: NodeRow) -> NodeRow:
-    s.flush()
-    s.refresh(row)
-    return row
 
 
 def _record(row: NodeRow) -> NodeRecord:

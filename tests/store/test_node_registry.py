@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from argus.store.models import clean_text
+from argus.store.columns import clean_text
 from argus.store.nodes import SqlNodeRegistry
 from argus.store.store import Store
 from control.nodes import MemoryNodeRegistry, NodeRegistry, NodeSpec, NodeState

@@ -14,7 +14,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
 from argus.store import migrate
-from argus.store.models import Base, clean_text
+from argus.store.columns import clean_text
+from argus.store.models import Base
 from argus.store.store import Store
 from core.errors import ConfigError, InputError, NotFound, SourceUnavailable, StoreError
 from core.types import (

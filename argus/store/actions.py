@@ -1,0 +1,102 @@
+"""Actions (remediation steps): stored once per idempotency key, moved between states by compare-and-set
+under a row lock, so of two runners claiming one action exactly one wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from argus.store.columns import jsonable
+from argus.store.incidents import incident_row
+from argus.store.models import ActionRow
+from argus.store.repository import new_id, parse_enum, retry_lost_races, saved, transaction
+from core.errors import Conflict, InputError, NotFound
+from core.types import Action, ActionState, utcnow
+
+
+class ActionRepository:
+    """Actions, with or without an incident. Thread-safe; the Store holds one as `store.actions`."""
+
+    def __init__(self, engine: Engine, *, clock: Callable[[], datetime] = utcnow) -> None:
+        self._engine = engine
+        self._clock = clock
+
+    def add(self, action: Action) -> Action:
+        """Store `action`; if its idempotency key is already stored, return that action instead.
+
+        An empty `action.id` gets a new "act-" id.
+        """
+        # Another process may store the same key between our check and insert: the retry returns it.
+        return retry_lost_races(lambda: self._add_once(action))
+
+    def _add_once(self, action: Action) -> Action:
+        with transaction(self._engine, "adding an action") as s:
+            existing = s.scalars(select(ActionRow).where(ActionRow.idempotency_key == action.idempotency_key)).first()
+            if existing is not None:
+                return existing.to_domain()
+            if action.incident_id is not None:
+                incident_row(s, action.incident_id)
+            if action.id and s.get(ActionRow, action.id) is not None:
+                raise InputError(
+                    f"action {action.id!r} already exists with another idempotency key",
+                    hint="leave Action.id empty to get a new id, or reuse the first action's key",
+                )
+            row = ActionRow.from_domain(action, id=action.id or new_id("act"))
+            s.add(row)
+            return saved(s, row).to_domain()
+
+    def get(self, action_id: str) -> Action:
+        with transaction(self._engine, "reading an action") as s:
+            return _action_row(s, action_id).to_domain()
+
+    def update(self, action_id: str, state: ActionState | str, result: dict[str, Any] | None = None) -> Action:
+        """Set an action's state (and its result, replacing the old one, when given)."""
+        new = parse_enum(ActionState, state, "state")
+        with transaction(self._engine, "updating an action") as s:
+            row = _action_row(s, action_id, for_update=True)
+            row.state = new.value
+            if result is not None:
+                row.result = jsonable(result)
+            row.updated_at = self._clock()
+            return saved(s, row).to_domain()
+
+    def transition(
+        self, action_id: str, from_states: tuple[ActionState, ...], to_state: ActionState,
+        result: dict[str, Any] | None = None,
+    ) -> Action:
+        """Move an action only if it is still in one of `from_states` (a compare-and-set under a row lock), so of
+        two runners claiming one action exactly one wins; Conflict for the other."""
+        with transaction(self._engine, "moving an action") as s:
+            row = _action_row(s, action_id, for_update=True)
+            if row.state not in {state.value for state in from_states}:
+                raise Conflict(
+                    f"action {action_id} is {row.state}, not {' or '.join(x.value for x in from_states)}",
+                    hint="another runner or person changed it first; read it again",
+                )
+            row.state = to_state.value
+            if result is not None:
+                row.result = jsonable(result)
+            row.updated_at = self._clock()
+            return saved(s, row).to_domain()
+
+    def list(self, incident_id: str | None = None) -> list[Action]:
+        """Actions, oldest first; only those of `incident_id` when given."""
+        query = select(ActionRow).order_by(ActionRow.created_at, ActionRow.id)
+        with transaction(self._engine, "listing actions") as s:
+            if incident_id is not None:
+                incident_row(s, incident_id)
+                query = query.where(ActionRow.incident_id == incident_id)
+            return [row.to_domain() for row in s.scalars(query)]
+
+
+def _action_row(s: Session, action_id: str, *, for_update: bool = False) -> ActionRow:
+    query = select(ActionRow).where(ActionRow.id == action_id)
+    row = s.scalars(query.with_for_update() if for_update else query).first()
+    if row is None:
+        raise NotFound(f"action {action_id!r} does not exist", hint="list actions with GET /api/actions")
+    return row

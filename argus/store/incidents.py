@@ -1,0 +1,226 @@
+"""Incidents and their findings: a finding is filed under the not-resolved incident with its fingerprint
+(opening one if none), echoes of a root cause are attached or merged into it, and incidents move between
+states. Incidents and findings are one aggregate: every change to both happens in one transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from datetime import datetime
+
+from loguru import logger
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from argus.store.columns import as_utc
+from argus.store.models import FINGERPRINT_MAX, SUBJECT_ID_MAX, FindingRow, IncidentRow
+from argus.store.repository import check_limit, new_id, parse_enum, retry_lost_races, saved, transaction
+from core.errors import InputError, NotFound
+from core.types import Category, Finding, Incident, IncidentState, Severity, utcnow
+
+MAX_FINDINGS_PER_INCIDENT = 50
+# An incident names at most this many fingerprints it absorbed as echoes (the newest).
+_ECHOES_KEPT = 50
+
+
+class IncidentRepository:
+    """Incidents and the findings kept for them. Thread-safe; the Store holds one as `store.incidents`."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        max_findings_per_incident: int = MAX_FINDINGS_PER_INCIDENT,
+    ) -> None:
+        self._engine = engine
+        self._clock = clock
+        self._max_findings = max_findings_per_incident
+
+    def record(self, finding: Finding) -> tuple[Incident, bool]:
+        """File `finding` under the not-resolved incident with its fingerprint, opening one if none.
+
+        Returns the incident and whether it was opened now. A repeat bumps occurrences and last_seen,
+        raises the severity if higher, and keeps the finding itself only if its reason or evidence is
+        new, up to the per-incident cap.
+        """
+        if len(finding.fingerprint) > FINGERPRINT_MAX:
+            raise InputError(
+                f"finding {finding.reason!r} has a fingerprint of {len(finding.fingerprint)} characters",
+                hint=f"fingerprints are at most {FINGERPRINT_MAX}; use core.types.fingerprint_of",
+            )
+        return retry_lost_races(
+            lambda: self._record_once(finding),
+            retrying=f"lost the race to open incident {finding.fingerprint}; retrying",
+        )
+
+    def _record_once(self, finding: Finding) -> tuple[Incident, bool]:
+        digest = finding_digest(finding)
+        with transaction(self._engine, "recording a finding") as s:
+            row = s.scalars(
+                select(IncidentRow)
+                .where(IncidentRow.fingerprint == finding.fingerprint)
+                .where(IncidentRow.state != IncidentState.RESOLVED.value)
+                .with_for_update()
+            ).first()
+            if row is None:
+                row = IncidentRow.from_finding(finding, id=new_id("inc"), detected_at=self._clock())
+                s.add(row)
+                s.flush()
+                s.add(FindingRow.from_domain(finding, incident_id=row.id, digest=digest))
+                logger.info("opened incident {} ({}: {})", row.id, row.category, row.reason)
+                return saved(s, row).to_domain(), True
+            row.occurrences += 1
+            row.last_seen = max(row.last_seen, as_utc(finding.detected_at))
+            row.first_seen = min(row.first_seen, as_utc(finding.first_seen))
+            if finding.severity.rank > Severity(row.severity).rank:
+                row.severity = finding.severity.value
+            if row.recommended_action is None and finding.recommended_action:
+                row.recommended_action = finding.recommended_action
+            self._keep_if_new(s, row, finding, digest)
+            return saved(s, row).to_domain(), False
+
+    def attach(self, incident_id: str, finding: Finding) -> Incident:
+        """File `finding` under an existing incident it is an echo of (another fingerprint, same cause).
+
+        The echo counts as an occurrence and is kept as a finding row (within the cap); the incident's
+        category, subject and severity stay those of its root cause.
+        """
+        digest = finding_digest(finding)
+        with transaction(self._engine, "attaching a finding") as s:
+            row = incident_row(s, incident_id, for_update=True)
+            row.occurrences += 1
+            row.last_seen = max(row.last_seen, as_utc(finding.detected_at))
+            _note_echo(row, finding.fingerprint)
+            self._keep_if_new(s, row, finding, digest)
+            return saved(s, row).to_domain()
+
+    def merge(self, echo_id: str, root_id: str) -> Incident:
+        """Fold incident `echo_id` into `root_id`: its findings join the root and it is resolved as merged."""
+        if echo_id == root_id:
+            raise InputError(f"cannot merge incident {echo_id} into itself", hint="name two incidents")
+        with transaction(self._engine, "merging incidents") as s:
+            echo = incident_row(s, echo_id, for_update=True)
+            root = incident_row(s, root_id, for_update=True)
+            known = set(s.scalars(select(FindingRow.digest).where(FindingRow.incident_id == root.id)).all())
+            for f in s.scalars(select(FindingRow).where(FindingRow.incident_id == echo.id).order_by(FindingRow.id)):
+                if f.digest not in known and len(known) < self._max_findings:
+                    known.add(f.digest)
+                    s.add(FindingRow.from_domain(f.to_domain(), incident_id=root.id, digest=f.digest))
+            root.occurrences += echo.occurrences
+            root.first_seen = min(root.first_seen, echo.first_seen)
+            root.last_seen = max(root.last_seen, echo.last_seen)
+            _note_echo(root, echo.fingerprint)
+            if echo.state != IncidentState.RESOLVED.value:
+                echo.state = IncidentState.RESOLVED.value
+                echo.resolved_at = self._clock()
+            echo.attrs = {**(echo.attrs or {}), "merged_into": root.id}
+            logger.info("incident {} merged into {} (an echo of its root cause)", echo_id, root_id)
+            return saved(s, root).to_domain()
+
+    def get(self, incident_id: str) -> Incident:
+        with transaction(self._engine, "reading an incident") as s:
+            return incident_row(s, incident_id).to_domain()
+
+    def find_open(self, fingerprint: str) -> Incident | None:
+        """The not-resolved incident with `fingerprint`, if any."""
+        with transaction(self._engine, "finding an open incident") as s:
+            row = s.scalars(
+                select(IncidentRow)
+                .where(IncidentRow.fingerprint == fingerprint)
+                .where(IncidentRow.state != IncidentState.RESOLVED.value)
+            ).first()
+            return None if row is None else row.to_domain()
+
+    def findings(self, incident_id: str) -> list[Finding]:
+        """The findings kept for an incident, oldest first."""
+        with transaction(self._engine, "reading findings") as s:
+            incident_row(s, incident_id)
+            rows = s.scalars(select(FindingRow).where(FindingRow.incident_id == incident_id).order_by(FindingRow.id))
+            return [row.to_domain() for row in rows]
+
+    def set_state(self, incident_id: str, state: IncidentState | str) -> Incident:
+        """Move an incident to `state`. Resolving stamps resolved_at; reopening clears it."""
+        new = parse_enum(IncidentState, state, "state")
+        with transaction(self._engine, "changing an incident's state") as s:
+            row = incident_row(s, incident_id, for_update=True)
+            if row.state == new.value:
+                return row.to_domain()
+            if row.state == IncidentState.RESOLVED.value:
+                other = s.scalars(
+                    select(IncidentRow.id)
+                    .where(IncidentRow.fingerprint == row.fingerprint)
+                    .where(IncidentRow.state != IncidentState.RESOLVED.value)
+                ).first()
+                if other is not None:
+                    raise InputError(
+                        f"cannot reopen incident {incident_id}: incident {other} is already open for the "
+                        "same fingerprint",
+                        hint=f"work on {other} instead",
+                    )
+            row.state = new.value
+            row.resolved_at = self._clock() if new is IncidentState.RESOLVED else None
+            logger.info("incident {} is now {}", incident_id, new.value)
+            return saved(s, row).to_domain()
+
+    def list(
+        self,
+        *,
+        state: IncidentState | str | None = None,
+        category: Category | str | None = None,
+        subject_id: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Incident]:
+        """Incidents, newest opened first. `since` keeps those seen (last_seen) at or after it."""
+        check_limit(limit)
+        if offset < 0:
+            raise InputError(f"offset {offset} is negative", hint="use 0 or more")
+        query = select(IncidentRow)
+        if state is not None:
+            query = query.where(IncidentRow.state == parse_enum(IncidentState, state, "state").value)
+        if category is not None:
+            query = query.where(IncidentRow.category == parse_enum(Category, category, "category").value)
+        if subject_id is not None:
+            query = query.where(IncidentRow.subject_id == subject_id[:SUBJECT_ID_MAX])
+        if since is not None:
+            query = query.where(IncidentRow.last_seen >= since)
+        # The id breaks ties so pages never overlap or skip when two incidents open in one instant.
+        query = query.order_by(IncidentRow.detected_at.desc(), IncidentRow.id.desc()).limit(limit).offset(offset)
+        with transaction(self._engine, "listing incidents") as s:
+            return [row.to_domain() for row in s.scalars(query)]
+
+    def _keep_if_new(self, s: Session, row: IncidentRow, finding: Finding, digest: str) -> None:
+        """Keep `finding` under `row` unless one with its digest is kept already or the cap is reached."""
+        known = s.scalars(select(FindingRow.digest).where(FindingRow.incident_id == row.id)).all()
+        if digest not in known and len(known) < self._max_findings:
+            s.add(FindingRow.from_domain(finding, incident_id=row.id, digest=digest))
+
+
+def incident_row(s: Session, incident_id: str, *, for_update: bool = False) -> IncidentRow:
+    """The incident's row, locked when `for_update`; NotFound if there is none. Also used by the
+    repositories of what belongs to an incident (actions, reports), inside their own transaction."""
+    query = select(IncidentRow).where(IncidentRow.id == incident_id)
+    row = s.scalars(query.with_for_update() if for_update else query).first()
+    if row is None:
+        raise NotFound(
+            f"incident {incident_id!r} does not exist",
+            hint="list incidents with `argus incidents list` or GET /api/incidents",
+        )
+    return row
+
+
+def finding_digest(finding: Finding) -> str:
+    """sha256 of the finding's reason and evidence: a repeat with the same digest adds nothing."""
+    evidence = [(e.source, e.text, e.line) for e in finding.evidence]
+    raw = json.dumps([finding.reason, evidence], ensure_ascii=False, default=str)
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _note_echo(row: IncidentRow, fingerprint: str) -> None:
+    echoes = dict(row.attrs or {}).get("echoes", [])
+    if fingerprint not in echoes:
+        row.attrs = {**(row.attrs or {}), "echoes": [*echoes, fingerprint][-_ECHOES_KEPT:]}
