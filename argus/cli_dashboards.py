@@ -1,4 +1,4 @@
-"""`argus dashboards build [--check]` and `argus dashboards ray-metrics` (the work is in argus/dashboards.py)."""
+"""`argus dashboards build [--check]` and `argus dashboards ray-metrics` (the work is in argus/dashboards/)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,13 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from argus.dashboards import (
-    DEFAULT_DIR,
-    EXIT_FAILED,
-    RAY_METRICS_FILE,
-    check_dashboards,
-    ray_metrics_text,
-    scrape_local_ray,
-    scrape_ray_names,
-    sd_targets,
-)
+from argus.dashboards.build import DEFAULT_DIR
+from argus.dashboards.check import check_dashboards
+from argus.dashboards.known_metrics import RAY_METRICS_FILE
+from argus.dashboards.ray_scrape import ray_metrics_text, scrape_ray_names, sd_targets
 from core.errors import ArgusError
+
+EXIT_FAILED = 2
 
 dashboards_app = typer.Typer(help="Grafana dashboards: build them to JSON and check their PromQL.",
                              no_args_is_help=True)
@@ -80,6 +76,7 @@ def ray_metrics(
         names, versions = _or_exit(lambda: scrape_ray_names(targets))
         origin = f"{len(targets)} target(s)"
     else:
+        scrape_local_ray = _local_ray_scraper()
         with console.status("starting a local Ray cluster and scraping it (a minute or two)"):
             names, versions = _or_exit(lambda: scrape_local_ray(timeout=timeout))
         origin = "a local idle cluster (head + one worker)"
@@ -89,6 +86,16 @@ def ray_metrics(
     out.write_text(ray_metrics_text(names, versions, origin), encoding="utf-8")
     console.print(f"wrote {len(names)} names (Ray {', '.join(sorted(versions)) or 'version unknown'}) to {out}",
                   highlight=False)
+
+
+def _local_ray_scraper():
+    """The local-stack tool that starts a throwaway Ray cluster; only a development checkout has it."""
+    try:
+        from argus.localstack.ray_metrics import scrape_local_ray
+    except ImportError as exc:
+        _fail(f"cannot start a local Ray cluster to scrape: {exc}",
+              "pass --target host:port (or --sd-file) to scrape a running Ray cluster instead")
+    return scrape_local_ray
 
 
 def _or_exit(action):

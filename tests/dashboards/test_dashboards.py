@@ -19,29 +19,20 @@ from prometheus_client import CollectorRegistry, Gauge
 from typer.testing import CliRunner
 
 from argus.cli_dashboards import register
-from argus.dashboards import (
+from argus.dashboards.build import SUFFIX, build_all, build_one, dashboard_files
+from argus.dashboards.check import CheckReport, check_built, check_dashboards
+from argus.dashboards.known_metrics import (
     RAY_METRICS_FILE,
-    SUFFIX,
-    CheckReport,
-    build_all,
-    build_one,
-    check_built,
-    check_dashboards,
-    dashboard_files,
     dcgm_metric_names,
     known_metrics,
-    metric_names,
-    parse_exposition,
-    queries_of,
     read_metric_list,
     recorded_ray_version,
-    sd_targets,
-    substitute,
-    variable_promql,
-    variable_samples,
 )
+from argus.dashboards.queries import queries_of, substitute, variable_promql, variable_samples
+from argus.dashboards.ray_scrape import parse_exposition, sd_targets
 from argus.sim.dcgm_exporter import DcgmExporterSim
 from core.errors import ConfigError
+from detectors.promql import metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "dashboards"
