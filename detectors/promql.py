@@ -26,6 +26,7 @@ from core.errors import ConfigError, MissingBinary, RuleError
 
 # --- which metric names an expression selects -----------------------------------------------------------
 
+# Aggregations, like keywords, are matched whatever their case (`SUM BY (a) (m)` is valid); functions are not.
 AGGREGATIONS = frozenset({
     "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk",
     "quantile", "limitk", "limit_ratio",
@@ -90,7 +91,7 @@ def metric_names(expr: str) -> tuple[set[str], list[str]]:
                 pass
             elif following == "(":
                 pass  # a function call or an aggregation: its arguments are read next
-            elif word in AGGREGATIONS and _word_at(expr, at) in ("by", "without"):
+            elif lower in AGGREGATIONS and _word_at(expr, at).lower() in ("by", "without"):
                 pass  # sum by (x) (...)
             else:
                 names.add(word)

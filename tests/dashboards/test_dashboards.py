@@ -1,16 +1,16 @@
 """The Grafana dashboards in dashboards/: they build, the committed JSON is fresh, every PromQL expression
 parses (real promtool) and names only metrics that exist, and the required panels and variables are there.
 
-Known metrics are never listed here: Argus's come from `ArgusMetrics().registry`, dcgm-exporter's from the
-simulator's counter list, Ray's from dashboards/known_metrics/ray.txt (a real scrape, kept honest by
-test_dashboards_real.py).
+Known metrics are never listed here: Argus's come from `ArgusMetrics().registry`, dcgm-exporter's from
+collectors/dcgm_fields.py (the simulator serves that list), Ray's from dashboards/known_metrics/ray.txt (a
+real scrape, kept honest by test_dashboards_real.py).
 """
 
 from __future__ import annotations
 
 import json
-import random
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,7 +32,6 @@ from argus.dashboards.queries import queries_of, substitute, variable_promql, va
 from argus.dashboards.ray_scrape import parse_exposition, sd_targets
 from argus.sim.dcgm_exporter import DcgmExporterSim
 from core.errors import ConfigError
-from detectors.promql import metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = ROOT / "dashboards"
@@ -376,49 +375,7 @@ def test_helpers_imported_from_one_folder_do_not_leak_into_another(tmp_path):
     assert build_one(tmp_path / "two" / f"d{SUFFIX}").data()["title"] == "Second"
 
 
-# --- the PromQL tokenizer, variables and known-metric files ----------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("expr", "names"),
-    [
-        ('sum by (job) (rate(http_requests_total{job="a", code=~"5.."}[5m]))', {"http_requests_total"}),
-        ("a * on(node_ip) group_left(owner, submission_id) b", {"a", "b"}),
-        ("a / ignoring (gpu) group_right b", {"a", "b"}),
-        ('label_replace(up, "node_ip", "$1", "instance", "([^:]+):.*")', {"up"}),
-        ("histogram_quantile(0.9, sum without (instance) (rate(x_bucket[5m] offset 1h)))", {"x_bucket"}),
-        ('{__name__="foo", job="by"}', {"foo"}),
-        ('count_values("version", build_info)', {"build_info"}),
-        ("topk(5, x) > bool 3", {"x"}),
-        ("sum(x) by (le) and y", {"x", "y"}),
-        ("x @ start() unless z @ 1700000000", {"x", "z"}),
-        ("1e3 + 0x1F + Inf + NaN - .5 + 2.5e-3", set()),
-        ("foo # bar is a comment\n+ baz", {"foo", "baz"}),
-        ("sum_over_time(a[1h:1m]) / 60", {"a"}),
-        ("by_node_total + offset_seconds + sum_of_things", {"by_node_total", "offset_seconds", "sum_of_things"}),
-        ("job:requests:rate5m", {"job:requests:rate5m"}),
-        ("absent(up{job='ray'})", {"up"}),
-        ("vector(0) or time() - max(ts)", {"ts"}),
-        ("sum\n  by (a)\n  (m)", {"m"}),
-        ('quantile_over_time(0.9, lat[10m:30s]) * on() group_left() scalar(s)', {"lat", "s"}),
-    ],
-)
-def test_metric_names_skips_functions_keywords_labels_strings_and_numbers(expr, names):
-    assert metric_names(expr) == (names, [])
-
-
-def test_a_name_regex_cannot_be_checked_and_says_so():
-    names, notes = metric_names('{__name__=~"DCGM_.*"}')
-    assert names == set() and "regex" in notes[0]
-
-
-def test_metric_names_survives_hostile_input():
-    for text in ['"unterminated', "sum(", "{a=", "[5m", "`raw", "}{)(][", "\\", "", "#", "a{b='\\'}c"]:
-        metric_names(text)
-    rng = random.Random(7)
-    alphabet = "ab_:{}[]()\"'`\\#,=~!.0123456789 \n+-*/^@"
-    for _ in range(2000):
-        metric_names("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))))
+# --- Grafana variables and known-metric files (the PromQL tokenizer: tests/detectors/test_promql.py) ---
 
 
 def test_substitute_fills_grafana_variables_and_reports_unknown_ones():
@@ -584,3 +541,12 @@ def test_ray_metrics_refuses_a_target_that_is_not_ray_or_not_there(tmp_path):
                                         "--out", str(out)])
     assert absent.exit_code == 2 and "cannot reach" in absent.output
     assert not out.exists()
+
+
+def test_ray_metrics_without_the_local_stack_says_to_name_a_target(tmp_path, monkeypatch):
+    """An installed Argus has no argus.localstack: scraping a throwaway local cluster is refused, not a crash."""
+    monkeypatch.setitem(sys.modules, "argus.localstack.ray_metrics", None)  # None: the import raises ImportError
+    out = tmp_path / "ray.txt"
+    result = CliRunner().invoke(cli(), ["dashboards", "ray-metrics", "--out", str(out)])
+    assert result.exit_code == 2 and "cannot start a local Ray cluster" in result.output
+    assert "--target" in result.output and not out.exists()

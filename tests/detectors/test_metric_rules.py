@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from argus.sim.dcgm_exporter import DEFAULT_COUNTERS, DcgmExporterSim
+from argus.sim.dcgm_exporter import DcgmExporterSim
+from collectors.dcgm_fields import DEFAULT_COUNTERS
 from collectors.metric_rules import MetricRuleCollector, subject_of
 from collectors.prometheus import PrometheusClient
 from core.errors import InputError, RuleError, SourceUnavailable
