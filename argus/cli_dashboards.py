@@ -1,4 +1,4 @@
-"""`argus dashboards build [--check]` and `argus dashboards ray-metrics` (the work is in argus/dashboards.py)."""
+"""`argus dashboards build [--check]` and `argus dashboards ray-metrics` (the work is in argus/dashboards/)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,13 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from argus.dashboards import (
-    DEFAULT_DIR,
-    EXIT_FAILED,
-    RAY_METRICS_FILE,
-    check_dashboards,
-    ray_metrics_text,
-    scrape_local_ray,
-    scrape_ray_names,
-    sd_targets,
-)
+from argus.dashboards.build import DEFAULT_DIR
+from argus.dashboards.check import check_dashboards
+from argus.dashboards.known_metrics import RAY_METRICS_FILE
+from argus.dashboards.ray_scrape import ray_metrics_text, scrape_ray_names, sd_targets
 from core.errors import ArgusError
+
+EXIT_FAILED = 2
 
 dashboards_app = typer.Typer(help="Grafana dashboards: build them to JSON and check their PromQL.",
                              no_args_is_help=True)
@@ -66,23 +62,21 @@ def build(
 def ray_metrics(
     out: Annotated[Path, typer.Option("--out", help="file to write")] = DEFAULT_DIR / RAY_METRICS_FILE,
     target: Annotated[list[str], typer.Option("--target", help="host:port of a Ray metrics endpoint to scrape "
-                                                                "(repeatable); default: a local throwaway cluster",
+                                                                "(repeatable)",
                                               show_default=False)] = [],  # noqa: B006 - typer default
     sd_file: Annotated[Path | None, typer.Option("--sd-file", help="scrape every target in Ray's "
                                                                     "prom_metrics_service_discovery.json",
                                                  show_default=False)] = None,
-    timeout: Annotated[float, typer.Option(help="seconds to wait for a local cluster's metrics")] = 180.0,
 ) -> None:
-    """Write the metric names Ray serves (dashboards/known_metrics/ray.txt) from a real scrape."""
+    """Write the metric names a running Ray cluster serves (dashboards/known_metrics/ray.txt) from a real scrape."""
     console = Console()
     targets = list(target) + (_or_exit(lambda: sd_targets(sd_file)) if sd_file else [])
-    if targets:
-        names, versions = _or_exit(lambda: scrape_ray_names(targets))
-        origin = f"{len(targets)} target(s)"
-    else:
-        with console.status("starting a local Ray cluster and scraping it (a minute or two)"):
-            names, versions = _or_exit(lambda: scrape_local_ray(timeout=timeout))
-        origin = "a local idle cluster (head + one worker)"
+    if not targets:
+        _fail("name the Ray cluster to scrape: --target host:port (repeatable) or --sd-file",
+              "Ray's service-discovery file is <ray temp dir>/prom_metrics_service_discovery.json on the head; "
+              "from a source checkout, `argus-stage ray-metrics` scrapes a throwaway local cluster instead")
+    names, versions = _or_exit(lambda: scrape_ray_names(targets))
+    origin = f"{len(targets)} target(s)"
     if not any(n.startswith("ray_") for n in names):
         _fail(f"no Ray metric among the {len(names)} names scraped", "point --target at Ray's metrics export ports")
     out.parent.mkdir(parents=True, exist_ok=True)

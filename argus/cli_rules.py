@@ -9,6 +9,7 @@ misspelt metric is valid and never fires), `promtool test rules` on the unit tes
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Annotated
@@ -17,18 +18,10 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from core.errors import ArgusError, RuleError
-from detectors.metric_rules import (
-    EXPORT_FILE_NAME,
-    MetricRuleSet,
-    export_prometheus_rules,
-    find_amtool,
-    find_promtool,
-    load_metric_rules,
-    promtool_check,
-    rule_file_metric_names,
-    write_export,
-)
+from core.errors import ArgusError, MissingBinary, RuleError
+from detectors.metric_rules import MetricRuleSet, load_metric_rules
+from detectors.metric_rules_export import EXPORT_FILE_NAME, export_prometheus_rules, promtool_check, write_export
+from detectors.promql import find_promtool, rule_file_metric_names
 
 EXIT_FAILED = 2
 DEFAULT_OUT = Path("alert_rules")
@@ -117,6 +110,17 @@ def check_reads_argus_metrics(path: Path) -> None:
         listed = "; ".join(f"{alert} reads {', '.join(sorted(names))}" for alert, names in sorted(unknown.items()))
         raise RuleError(f"{path}: {listed}, which Argus does not export (the rule would never fire)",
                         hint="use the names Argus serves on /metrics (argus/exporter.py lists them)")
+
+
+def find_amtool(amtool: str | None = None) -> str:
+    """Alertmanager's amtool, found like promtool: on PATH unless a path is given."""
+    found = shutil.which(amtool or "amtool")
+    if found is None:
+        raise MissingBinary(
+            amtool or "amtool",
+            hint="install Alertmanager's tools (Debian: apt-get install prometheus-alertmanager) or pass its path",
+        )
+    return found
 
 
 def _load(rules_dirs: list[Path]) -> MetricRuleSet:

@@ -14,9 +14,10 @@ A rule file is YAML in `detectors/rules/metrics/` (the parent folder holds log r
         action: Drain the node and reset the GPU.
 
 Everything is checked at load, with the file and line of the offending rule; PromQL itself is checked by
-`promtool_check` (promtool parses it exactly as Prometheus will). Summaries are Prometheus templates,
-restricted to `{{ $labels.<name> }}`, `{{ $value }}` and `{{ $value | humanizePercentage }}` so that the
-text Argus writes and the text Alertmanager sends are the same.
+`promtool_check` in detectors/metric_rules_export.py (promtool parses it exactly as Prometheus will), which
+also writes the rules as a Prometheus rule file. Summaries are Prometheus templates, restricted to
+`{{ $labels.<name> }}`, `{{ $value }}` and `{{ $value | humanizePercentage }}` (detectors/alert_templates.py)
+so that the text Argus writes and the text Alertmanager sends are the same.
 
 `MetricRuleDetector` applies `for` the way Prometheus does: a (rule, subject) must be active in every
 evaluation for the whole duration before it fires, and starts over when it disappears.
@@ -26,9 +27,6 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -38,12 +36,12 @@ from typing import Any
 import yaml
 from loguru import logger
 
-from core.errors import MissingBinary, RuleError
+from core.errors import RuleError
 from core.types import Category, Evidence, Finding, Severity, Signal, SignalKind, fingerprint_of, utcnow
 from detectors import xid as xid_catalog
+from detectors.alert_templates import go_float, render_template, template_problem
+from detectors.promql import bracket_problem
 from detectors.rule_files import RuleFile, RuleItem, rule_paths
-
-EXPORT_FILE_NAME = "argus-detections.rules.yml"
 
 # Signal attributes written by collectors.metric_rules.MetricRuleCollector.
 RULE_ATTR = "rule"  # the reason of the rule whose query produced the signal
@@ -64,10 +62,6 @@ _GROUP_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _LABEL_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _DURATION_RE = re.compile(r"(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?")
 _DURATION_UNITS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
-_TEMPLATE_RE = re.compile(r"\{\{(.*?)\}\}", re.S)
-_PLACEHOLDER_RE = re.compile(
-    r"\s*(?:\$labels\.(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)|\$value(?P<pct>\s*\|\s*humanizePercentage)?)\s*"
-)
 _EVIDENCE_PER_FINDING = 8
 
 
@@ -150,62 +144,6 @@ def parse_duration(text: str) -> float | None:
     return float(sum(int(g) * unit for g, unit in zip(m.groups(), _DURATION_UNITS, strict=True) if g))
 
 
-# --- templates -------------------------------------------------------------------------------------
-
-
-def template_problem(template: str) -> str | None:
-    """Why a summary template cannot be rendered the same by Argus and Prometheus, or None if it can."""
-    for m in _TEMPLATE_RE.finditer(template):
-        if _PLACEHOLDER_RE.fullmatch(m.group(1)) is None:
-            return f"unsupported placeholder {m.group(0)!r}"
-    rest = _TEMPLATE_RE.sub("", template)
-    if "{{" in rest or "}}" in rest:
-        return "unbalanced {{ or }}"
-    return None
-
-
-def render_template(template: str, labels: Mapping[str, str], value: float) -> str:
-    """The template with its placeholders filled the way Prometheus's alert templates fill them."""
-
-    def fill(m: re.Match[str]) -> str:
-        p = _PLACEHOLDER_RE.fullmatch(m.group(1))
-        if p is None:  # refused at load; kept literal for rules built in code
-            return m.group(0)
-        if p.group("label"):
-            return str(labels.get(p.group("label"), ""))
-        return _go_percent(value) if p.group("pct") else go_float(value)
-
-    return _TEMPLATE_RE.sub(fill, template)
-
-
-def go_float(value: float) -> str:
-    """A float as Go's fmt %v prints it: shortest digits, exponent form below 1e-4 and from 1e6 up."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == 0:
-        return "0"
-    exp = math.floor(math.log10(abs(value)))
-    if -4 <= exp < 6:  # repr is also positional here, with the same shortest digits
-        text = repr(value)
-        return text[:-2] if text.endswith(".0") else text
-    for digits in range(17):
-        text = f"{value:.{digits}e}"
-        if float(text) == value:
-            break
-    mantissa, _, exponent = text.partition("e")
-    sign, num = exponent[0], exponent[1:].lstrip("0")
-    return f"{mantissa}e{sign}{num.rjust(2, '0')}"
-
-
-def _go_percent(value: float) -> str:
-    # Prometheus: fmt.Sprintf("%.4g%%", v*100); Python's %g agrees for finite values.
-    if math.isnan(value) or math.isinf(value):
-        return go_float(value * 100) + "%"
-    return f"{value * 100:.4g}%"
-
-
 # --- loading one file ------------------------------------------------------------------------------
 
 
@@ -243,7 +181,7 @@ def _build_rule(path: Path, node: yaml.Node, item: Any, group: str) -> MetricRul
     expr = item["expr"]
     if not isinstance(expr, str) or not expr.strip():
         raise fail("expr", "expr must be a PromQL expression (text)", "quote it, or use `expr: |` for several lines")
-    problem = _expr_problem(expr)
+    problem = bracket_problem(expr)
     if problem:
         raise fail("expr", f"expr is not valid PromQL: {problem}", "fix the expression")
     for_raw = item.get("for", "0s")
@@ -295,189 +233,6 @@ def _build_rule(path: Path, node: yaml.Node, item: Any, group: str) -> MetricRul
         file=path,
         line=rule.line,
     )
-
-
-def _expr_problem(expr: str) -> str | None:
-    """Cheap checks that catch typos without promtool: brackets and quotes must pair up."""
-    pairs = {")": "(", "]": "[", "}": "{"}
-    stack: list[str] = []
-    quote: str | None = None
-    escaped = False
-    for ch in expr:
-        if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = None
-            continue
-        if ch in "\"'`":
-            quote = ch
-        elif ch in "([{":
-            stack.append(ch)
-        elif ch in pairs:
-            if not stack or stack.pop() != pairs[ch]:
-                return f"unmatched '{ch}'"
-    if quote:
-        return f"unterminated string (missing closing {quote})"
-    if stack:
-        return f"unclosed '{stack[-1]}'"
-    return None
-
-
-# --- export to Prometheus --------------------------------------------------------------------------
-
-_EXPORT_HEADER = (
-    "# Generated by `argus rules export` from detectors/rules/metrics/*.yaml: edit those, not this file.\n"
-    "# Argus evaluates the same rules itself; CI checks that this file matches a fresh export.\n"
-)
-
-
-class _LiteralDumper(yaml.SafeDumper):
-    """Multi-line text as `|` blocks, so the exported PromQL reads like the source."""
-
-
-def _text_representer(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in text else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
-
-
-_LiteralDumper.add_representer(str, _text_representer)
-
-
-def prometheus_groups(rules: Iterable[MetricRule]) -> dict[str, Any]:
-    """The rules as a Prometheus rule file ({"groups": [...]}), groups in first-seen order."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for rule in rules:
-        alert: dict[str, Any] = {"alert": rule.reason, "expr": rule.expr}
-        if rule.for_s > 0:
-            alert["for"] = rule.for_text
-        alert["labels"] = {"severity": rule.severity.value, "category": rule.category.value, **rule.labels}
-        annotations = {"summary": rule.summary}
-        if rule.action:
-            annotations["action"] = rule.action
-        if rule.description:
-            annotations["description"] = rule.description
-        alert["annotations"] = annotations
-        groups.setdefault(rule.group, []).append(alert)
-    return {"groups": [{"name": name, "rules": items} for name, items in groups.items()]}
-
-
-def export_prometheus_rules(rules: Iterable[MetricRule]) -> str:
-    """The Prometheus rule file text; the same rules always give the same bytes."""
-    body = yaml.dump(
-        prometheus_groups(rules), Dumper=_LiteralDumper, sort_keys=False, width=4096, allow_unicode=True
-    )
-    return _EXPORT_HEADER + body
-
-
-def write_export(rules: Iterable[MetricRule], out_dir: Path) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / EXPORT_FILE_NAME
-    text = export_prometheus_rules(rules)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
-
-
-def find_promtool(promtool: str | None = None) -> str:
-    found = shutil.which(promtool or "promtool")
-    if found is None:
-        raise MissingBinary(
-            promtool or "promtool",
-            hint="install Prometheus's tools (Debian: apt-get install prometheus) or pass the promtool path",
-        )
-    return found
-
-
-def find_amtool(amtool: str | None = None) -> str:
-    """Alertmanager's amtool, found like promtool: on PATH unless a path is given."""
-    found = shutil.which(amtool or "amtool")
-    if found is None:
-        raise MissingBinary(
-            amtool or "amtool",
-            hint="install Alertmanager's tools (Debian: apt-get install prometheus-alertmanager) or pass its path",
-        )
-    return found
-
-
-# --- which metrics a PromQL expression reads --------------------------------------------------------
-
-_PROMQL_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
-_PROMQL_COMMENT_RE = re.compile(r"#[^\n]*")
-_PROMQL_MATCHERS_RE = re.compile(r"\{[^{}]*\}")
-_PROMQL_RANGE_RE = re.compile(r"\[[^\[\]]*\]")
-_PROMQL_GROUPING_RE = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)", re.I)
-_PROMQL_NAME_RE = re.compile(r"(?<![\w.:])([A-Za-z_:][\w:]*)(?![\w:])(?!\s*\()")
-_PROMQL_KEYWORDS = frozenset({"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",
-                              "bool", "offset", "inf", "nan"})
-
-
-def promql_metric_names(expr: str) -> set[str]:
-    """The metric names an expression selects (`up`, `argus_actions_total`...), without functions, keywords,
-    label names or strings. Good enough to catch a misspelt metric, which Prometheus accepts and never fires on."""
-    text = _PROMQL_STRING_RE.sub('""', expr)
-    text = _PROMQL_COMMENT_RE.sub(" ", text)
-    text = _PROMQL_MATCHERS_RE.sub(" ", text)
-    text = _PROMQL_RANGE_RE.sub(" ", text)
-    text = _PROMQL_GROUPING_RE.sub(" ", text)
-    return {m.group(1) for m in _PROMQL_NAME_RE.finditer(text) if m.group(1).lower() not in _PROMQL_KEYWORDS}
-
-
-def rule_file_metric_names(path: Path) -> dict[str, set[str]]:
-    """alert name -> the metric names its expr reads, for a Prometheus rule file; RuleError when it is not one."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise RuleError(f"{path} cannot be read as YAML: {exc}", hint="run `promtool check rules` on it") from None
-    groups = data.get("groups") if isinstance(data, dict) else None
-    if not isinstance(groups, list):
-        raise RuleError(f"{path} is not a Prometheus rule file (no 'groups' list)",
-                        hint="see https://prometheus.io/docs/prometheus/latest/configuration/alerting_rules/")
-    names: dict[str, set[str]] = {}
-    for group in groups:
-        for rule in (group.get("rules") or []) if isinstance(group, dict) else []:
-            if isinstance(rule, dict) and isinstance(rule.get("expr"), str):
-                key = str(rule.get("alert") or rule.get("record") or "?")
-                names.setdefault(key, set()).update(promql_metric_names(rule["expr"]))
-    return names
-
-
-_PROMTOOL_RULE_RE = re.compile(r'group "(?P<group>[^"]*)", rule (?P<index>\d+), "(?P<alert>[^"]*)": (?P<error>.*)')
-
-
-def promtool_check(rules: MetricRuleSet | Sequence[MetricRule], *, promtool: str | None = None,
-                   timeout_s: float = 60.0) -> None:
-    """Check every expr and template with `promtool check rules` on a temporary export.
-
-    A rule Prometheus would refuse is a RuleError naming the rule's file and line and promtool's reason.
-    """
-    rules = list(rules)
-    binary = find_promtool(promtool)
-    with tempfile.TemporaryDirectory(prefix="argus-rules-") as tmp:
-        path = write_export(rules, Path(tmp))
-        try:
-            proc = subprocess.run(
-                [binary, "check", "rules", str(path)], capture_output=True, text=True, timeout=timeout_s
-            )
-        except subprocess.TimeoutExpired:
-            raise RuleError(f"promtool check rules did not finish within {timeout_s:g} s",
-                            hint="check that promtool runs: `promtool --version`") from None
-    if proc.returncode == 0:
-        return
-    output = (proc.stdout + proc.stderr).strip()
-    by_reason = {r.reason: r for r in rules}
-    problems = []
-    for line in output.splitlines():
-        m = _PROMTOOL_RULE_RE.search(line)
-        if m and m.group("alert") in by_reason:
-            rule = by_reason[m.group("alert")]
-            problems.append(f"{rule.location} (rule {rule.reason}): Prometheus rejects it: {m.group('error').strip()}")
-    if not problems:
-        problems.append(f"promtool check rules failed: {output[-2000:]}")
-    raise RuleError("; ".join(problems), hint="fix the PromQL or template in that rule (promtool's words above)")
 
 
 # --- the detector ----------------------------------------------------------------------------------

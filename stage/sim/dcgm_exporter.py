@@ -42,6 +42,7 @@ from typing import Any
 from loguru import logger
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from collectors import dcgm_fields
 from core.errors import ConfigError, InputError, NotFound
 
 DEFAULT_MODEL_NAME = "NVIDIA H100 80GB HBM3"
@@ -240,96 +241,37 @@ class Counter:
     value: Callable[[SimGpu], int | float]
 
 
-DEFAULT_COUNTERS: tuple[Counter, ...] = (
-    Counter("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", lambda g: g.sm_clock_mhz),
-    Counter("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", lambda g: g.mem_clock_mhz),
-    Counter("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", lambda g: g.memory_temp_c),
-    Counter("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", lambda g: g.temp_c),
-    Counter("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", lambda g: float(g.power_w)),
-    Counter(
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "counter",
-        "Total energy consumption since boot (in mJ).",
-        lambda g: int(g.energy_mj),
-    ),
-    Counter(
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-        "counter",
-        "Total number of PCIe retries.",
-        lambda g: g.pcie_replays,
-    ),
-    Counter("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", lambda g: g.util),
-    Counter("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", lambda g: g.mem_copy_util),
-    Counter("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", lambda g: g.enc_util),
-    Counter("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", lambda g: g.dec_util),
-    Counter("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", lambda g: g.xid),
-    Counter("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", lambda g: g.fb_free_mib),
-    Counter("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", lambda g: g.fb_used_mib),
-    Counter(
-        "DCGM_FI_DEV_FB_RESERVED",
-        "gauge",
-        "Framebuffer memory reserved (in MiB).",
-        lambda g: g.fb_reserved_mib,
-    ),
-    Counter(
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "counter",
-        "Total number of NVLink bandwidth counters for all lanes.",
-        lambda g: int(g.nvlink_total),
-    ),
-    Counter(
-        "DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status", lambda g: g.vgpu_license_status
-    ),
-    Counter(
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-        "counter",
-        "Number of remapped rows for uncorrectable errors",
-        lambda g: g.uncorrectable_remapped_rows,
-    ),
-    Counter(
-        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "counter",
-        "Number of remapped rows for correctable errors",
-        lambda g: g.correctable_remapped_rows,
-    ),
-    Counter(
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-        "gauge",
-        "Whether remapping of rows has failed",
-        lambda g: g.row_remap_failure,
-    ),
-    Counter(
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-        "gauge",
-        "Ratio of time the graphics engine is active.",
-        lambda g: float(g.gr_engine_active),
-    ),
-    Counter(
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-        "gauge",
-        "Ratio of cycles the tensor (HMMA) pipe is active.",
-        lambda g: float(g.tensor_active),
-    ),
-    Counter(
-        "DCGM_FI_PROF_DRAM_ACTIVE",
-        "gauge",
-        "Ratio of cycles the device memory interface is active sending or receiving data.",
-        lambda g: float(g.dram_active),
-    ),
-    Counter(
-        "DCGM_FI_PROF_PCIE_TX_BYTES",
-        "gauge",
-        "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads"
-        " - in bytes per second.",
-        lambda g: g.pcie_tx_bytes_per_s,
-    ),
-    Counter(
-        "DCGM_FI_PROF_PCIE_RX_BYTES",
-        "gauge",
-        "The rate of data received over the PCIe bus - including both protocol headers and data payloads"
-        " - in bytes per second.",
-        lambda g: g.pcie_rx_bytes_per_s,
-    ),
+# How the simulator makes up each default counter's value (the list itself, its types and HELP texts are
+# dcgm-exporter's: collectors/dcgm_fields.py).
+_SIM_VALUES: dict[str, Callable[[SimGpu], int | float]] = {
+    "DCGM_FI_DEV_SM_CLOCK": lambda g: g.sm_clock_mhz,
+    "DCGM_FI_DEV_MEM_CLOCK": lambda g: g.mem_clock_mhz,
+    "DCGM_FI_DEV_MEMORY_TEMP": lambda g: g.memory_temp_c,
+    "DCGM_FI_DEV_GPU_TEMP": lambda g: g.temp_c,
+    "DCGM_FI_DEV_POWER_USAGE": lambda g: float(g.power_w),
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": lambda g: int(g.energy_mj),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": lambda g: g.pcie_replays,
+    "DCGM_FI_DEV_GPU_UTIL": lambda g: g.util,
+    "DCGM_FI_DEV_MEM_COPY_UTIL": lambda g: g.mem_copy_util,
+    "DCGM_FI_DEV_ENC_UTIL": lambda g: g.enc_util,
+    "DCGM_FI_DEV_DEC_UTIL": lambda g: g.dec_util,
+    "DCGM_FI_DEV_XID_ERRORS": lambda g: g.xid,
+    "DCGM_FI_DEV_FB_FREE": lambda g: g.fb_free_mib,
+    "DCGM_FI_DEV_FB_USED": lambda g: g.fb_used_mib,
+    "DCGM_FI_DEV_FB_RESERVED": lambda g: g.fb_reserved_mib,
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": lambda g: int(g.nvlink_total),
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": lambda g: g.vgpu_license_status,
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": lambda g: g.uncorrectable_remapped_rows,
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": lambda g: g.correctable_remapped_rows,
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda g: g.row_remap_failure,
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": lambda g: float(g.gr_engine_active),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": lambda g: float(g.tensor_active),
+    "DCGM_FI_PROF_DRAM_ACTIVE": lambda g: float(g.dram_active),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": lambda g: g.pcie_tx_bytes_per_s,
+    "DCGM_FI_PROF_PCIE_RX_BYTES": lambda g: g.pcie_rx_bytes_per_s,
+}
+DEFAULT_COUNTERS: tuple[Counter, ...] = tuple(
+    Counter(f.name, f.prom_type, f.help, _SIM_VALUES[f.name]) for f in dcgm_fields.DEFAULT_COUNTERS
 )
 
 

@@ -18,14 +18,9 @@ import yaml
 from typer.testing import CliRunner
 
 from argus.cli_rules import register
-from detectors.metric_rules import (
-    EXPORT_FILE_NAME,
-    MetricRuleSet,
-    export_prometheus_rules,
-    find_promtool,
-    load_metric_rules,
-    write_export,
-)
+from detectors.metric_rules import MetricRuleSet, load_metric_rules
+from detectors.metric_rules_export import EXPORT_FILE_NAME, export_prometheus_rules, write_export
+from detectors.promql import find_promtool
 from stage.sim.dcgm_exporter import DcgmExporterSim
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,10 +20,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from argus.cli_rules import HEALTH_FILE_NAME, PROMETHEUS_SERIES, unknown_metrics
+from argus.cli_rules import HEALTH_FILE_NAME, PROMETHEUS_SERIES, find_amtool, unknown_metrics
 from argus.exporter import ArgusMetrics, exported_series_names
 from core.types import Severity
-from detectors.metric_rules import find_amtool, load_metric_rules, promql_metric_names, rule_file_metric_names
+from detectors.metric_rules import load_metric_rules
+from detectors.promql import rule_file_metric_names
 from stage.localstack.alertmanager import Alertmanager
 from stage.localstack.webhook_receiver import WebhookReceiver
 from tests.alert_rules.test_export import ALERT_RULES, COMMITTED, UNIT_TESTS, cli, promtool
@@ -102,22 +103,6 @@ def test_the_health_unit_tests_catch_a_broken_rule(tmp_path: Path) -> None:
     health.write_text(HEALTH.read_text().replace('outcome="failed"}[1h]', 'outcome="skipped"}[1h]'))
     result = promtool("test", "rules", *(str(out / "tests" / p.name) for p in HEALTH_TESTS))
     assert result.returncode != 0 and "ArgusRemediationFailing" in result.stdout + result.stderr
-
-
-def test_metric_names_are_read_from_promql_not_from_its_functions_labels_or_strings() -> None:
-    expr = ('sum by (job, collector) (rate(argus_collector_errors_total{collector=~"ray(_logs)?"}[15m] offset 5m))'
-            ' / on (job) group_left sum without (le) (rate(argus_loop_tick_duration_seconds_count[15m])) > 1e3'
-            ' or absent(up{job="argus"}) unless label_replace(x, "a", "$1", "b", "(c+)")  # not_a_metric')
-    assert promql_metric_names(expr) == {"argus_collector_errors_total", "argus_loop_tick_duration_seconds_count",
-                                         "up", "x"}
-
-
-def test_a_file_that_is_not_a_rule_file_is_named(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.rules.yml"
-    for text in ("groups: [\n", "- just a list\n", "\xff\xfe".encode("latin-1").decode("latin-1")):
-        bad.write_text(text, encoding="latin-1")
-        with pytest.raises(Exception, match="bad.rules.yml"):
-            rule_file_metric_names(bad)
 
 
 # -- alertmanager.yml ----------------------------------------------------------------------------------

@@ -1,15 +1,14 @@
 """The Grafana dashboards in dashboards/: they build, the committed JSON is fresh, every PromQL expression
 parses (real promtool) and names only metrics that exist, and the required panels and variables are there.
 
-Known metrics are never listed here: Argus's come from `ArgusMetrics().registry`, dcgm-exporter's from the
-simulator's counter list, Ray's from dashboards/known_metrics/ray.txt (a real scrape, kept honest by
-test_dashboards_real.py).
+Known metrics are never listed here: Argus's come from `ArgusMetrics().registry`, dcgm-exporter's from
+collectors/dcgm_fields.py (the simulator serves that list), Ray's from dashboards/known_metrics/ray.txt (a
+real scrape, kept honest by test_dashboards_real.py).
 """
 
 from __future__ import annotations
 
 import json
-import random
 import shutil
 from pathlib import Path
 
@@ -19,27 +18,17 @@ from prometheus_client import CollectorRegistry, Gauge
 from typer.testing import CliRunner
 
 from argus.cli_dashboards import register
-from argus.dashboards import (
+from argus.dashboards.build import SUFFIX, build_all, build_one, dashboard_files
+from argus.dashboards.check import CheckReport, check_built, check_dashboards
+from argus.dashboards.known_metrics import (
     RAY_METRICS_FILE,
-    SUFFIX,
-    CheckReport,
-    build_all,
-    build_one,
-    check_built,
-    check_dashboards,
-    dashboard_files,
     dcgm_metric_names,
     known_metrics,
-    metric_names,
-    parse_exposition,
-    queries_of,
     read_metric_list,
     recorded_ray_version,
-    sd_targets,
-    substitute,
-    variable_promql,
-    variable_samples,
 )
+from argus.dashboards.queries import queries_of, substitute, variable_promql, variable_samples
+from argus.dashboards.ray_scrape import parse_exposition, sd_targets
 from core.errors import ConfigError
 from stage.sim.dcgm_exporter import DcgmExporterSim
 
@@ -385,49 +374,7 @@ def test_helpers_imported_from_one_folder_do_not_leak_into_another(tmp_path):
     assert build_one(tmp_path / "two" / f"d{SUFFIX}").data()["title"] == "Second"
 
 
-# --- the PromQL tokenizer, variables and known-metric files ----------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("expr", "names"),
-    [
-        ('sum by (job) (rate(http_requests_total{job="a", code=~"5.."}[5m]))', {"http_requests_total"}),
-        ("a * on(node_ip) group_left(owner, submission_id) b", {"a", "b"}),
-        ("a / ignoring (gpu) group_right b", {"a", "b"}),
-        ('label_replace(up, "node_ip", "$1", "instance", "([^:]+):.*")', {"up"}),
-        ("histogram_quantile(0.9, sum without (instance) (rate(x_bucket[5m] offset 1h)))", {"x_bucket"}),
-        ('{__name__="foo", job="by"}', {"foo"}),
-        ('count_values("version", build_info)', {"build_info"}),
-        ("topk(5, x) > bool 3", {"x"}),
-        ("sum(x) by (le) and y", {"x", "y"}),
-        ("x @ start() unless z @ 1700000000", {"x", "z"}),
-        ("1e3 + 0x1F + Inf + NaN - .5 + 2.5e-3", set()),
-        ("foo # bar is a comment\n+ baz", {"foo", "baz"}),
-        ("sum_over_time(a[1h:1m]) / 60", {"a"}),
-        ("by_node_total + offset_seconds + sum_of_things", {"by_node_total", "offset_seconds", "sum_of_things"}),
-        ("job:requests:rate5m", {"job:requests:rate5m"}),
-        ("absent(up{job='ray'})", {"up"}),
-        ("vector(0) or time() - max(ts)", {"ts"}),
-        ("sum\n  by (a)\n  (m)", {"m"}),
-        ('quantile_over_time(0.9, lat[10m:30s]) * on() group_left() scalar(s)', {"lat", "s"}),
-    ],
-)
-def test_metric_names_skips_functions_keywords_labels_strings_and_numbers(expr, names):
-    assert metric_names(expr) == (names, [])
-
-
-def test_a_name_regex_cannot_be_checked_and_says_so():
-    names, notes = metric_names('{__name__=~"DCGM_.*"}')
-    assert names == set() and "regex" in notes[0]
-
-
-def test_metric_names_survives_hostile_input():
-    for text in ['"unterminated', "sum(", "{a=", "[5m", "`raw", "}{)(][", "\\", "", "#", "a{b='\\'}c"]:
-        metric_names(text)
-    rng = random.Random(7)
-    alphabet = "ab_:{}[]()\"'`\\#,=~!.0123456789 \n+-*/^@"
-    for _ in range(2000):
-        metric_names("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))))
+# --- Grafana variables and known-metric files (the PromQL tokenizer: tests/detectors/test_promql.py) ---
 
 
 def test_substitute_fills_grafana_variables_and_reports_unknown_ones():
@@ -592,4 +539,12 @@ def test_ray_metrics_refuses_a_target_that_is_not_ray_or_not_there(tmp_path):
     absent = CliRunner().invoke(cli(), ["dashboards", "ray-metrics", "--target", f"127.0.0.1:{free_port()}",
                                         "--out", str(out)])
     assert absent.exit_code == 2 and "cannot reach" in absent.output
+    assert not out.exists()
+
+
+def test_ray_metrics_without_a_target_says_to_name_one(tmp_path):
+    """The product scrapes a running Ray; the throwaway local cluster is the stage's tool, named in the hint."""
+    out = tmp_path / "ray.txt"
+    result = CliRunner().invoke(cli(), ["dashboards", "ray-metrics", "--out", str(out)])
+    assert result.exit_code == 2 and "--target" in result.output and "argus-stage ray-metrics" in result.output
     assert not out.exists()

@@ -15,19 +15,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import start_http_server
 
-from argus.dashboards import (
-    RAY_METRICS_FILE,
-    build_all,
-    check_built,
-    known_metrics,
-    queries_of,
-    read_metric_list,
-    recorded_ray_version,
-    substitute,
-    variable_promql,
-    variable_samples,
-    wait_for_ray_names,
-)
+from argus.dashboards.build import build_all
+from argus.dashboards.check import check_built
+from argus.dashboards.known_metrics import RAY_METRICS_FILE, known_metrics, read_metric_list, recorded_ray_version
+from argus.dashboards.queries import queries_of, substitute, variable_promql, variable_samples
+from argus.dashboards.ray_scrape import wait_for_ray_names
 from argus.exporter import ArgusMetrics
 from collectors.placement import JobPlacement, NodeGpus
 from core.errors import ConfigError

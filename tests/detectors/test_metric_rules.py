@@ -16,22 +16,22 @@ from pathlib import Path
 
 import pytest
 
+from collectors.dcgm_fields import DEFAULT_COUNTERS
 from collectors.metric_rules import MetricRuleCollector, subject_of
 from collectors.prometheus import PrometheusClient
 from core.errors import InputError, RuleError, SourceUnavailable
 from core.types import Category, Severity, Signal, SignalKind, Subject, SubjectKind
+from detectors.alert_templates import go_float, render_template
 from detectors.metric_rules import (
     EVALUATED_ATTR,
     RULE_ATTR,
     MetricRuleDetector,
     MetricRuleSet,
-    go_float,
     load_metric_rules,
     parse_duration,
-    promtool_check,
-    render_template,
 )
-from stage.sim.dcgm_exporter import DEFAULT_COUNTERS, DcgmExporterSim
+from detectors.metric_rules_export import promtool_check
+from stage.sim.dcgm_exporter import DcgmExporterSim
 from tests.helpers import wait_until
 
 GOOD = """\

@@ -16,10 +16,6 @@ STAGE_PACKAGES = ("stage", "argus.localstack", "argus.sim", "argus.demo")  # the
 # The one allowed import: the `demo` command's body in argus/cli.py.
 ALLOWED = {("argus/cli.py", "demo")}
 
-# Removed by the promql branch: these two still import the stage by its old names until it is merged.
-NOT_YET = {"argus/dashboards.py", "argus/cli_dashboards.py"}
-
-
 def _is_stage(module: str) -> bool:
     return any(module == name or module.startswith(name + ".") for name in STAGE_PACKAGES)
 
@@ -65,8 +61,6 @@ def test_argus_imports_the_stage_only_in_the_demo_command():
     offenders = []
     for path in sorted(p for package in PRODUCT for p in (REPO / package).rglob("*.py")):
         relative = path.relative_to(REPO).as_posix()
-        if relative in NOT_YET:
-            continue
         for line, module, function in stage_imports(path):
             if (relative, function) not in ALLOWED:
                 offenders.append(f"{relative}:{line} imports {module}")
