@@ -29,6 +29,7 @@ from typing import Any
 from loguru import logger
 
 from collectors.offsets import OffsetStore
+from core import signal_keys as keys
 from core.errors import SourceUnavailable
 from core.limits import MAX_LINE_CHARS
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
@@ -352,5 +353,5 @@ class JobLogsCollector:
             observed_at=now,
             text=line.text,
             line=line.line_no,
-            attrs={"stream": "job-logs", "file": line.source, "truncated": line.truncated},
+            attrs={keys.STREAM: "job-logs", keys.FILE: line.source, keys.TRUNCATED: line.truncated},
         )
