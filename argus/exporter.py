@@ -43,7 +43,8 @@ from prometheus_client import (
 
 from argus.pipeline import SourceStatus, TickResult
 from collectors.placement import JobPlacement
-from core.types import ActionState, Category, Finding, Incident, IncidentState, SubjectKind
+from core.refs import refs_of
+from core.types import ActionState, Category, Finding, Incident, IncidentState
 from detectors.stall import JobProgress
 
 # From a few seconds (log rules, lost nodes) to past the idle-GPU window (10 min by default).
@@ -268,18 +269,12 @@ def exported_series_names(registry: CollectorRegistry) -> set[str]:
 
 
 def _submission_of(incident: Incident) -> str:
-    sid = incident.attrs.get("submission_id")
-    if isinstance(sid, str) and sid:
-        return sid
-    return incident.subject.id if incident.subject.kind is SubjectKind.JOB else ""
+    return refs_of(incident).submission_id or ""
 
 
 def _node_of(incident: Incident) -> str:
     """The node's IP, the way argus_job_gpus and the dashboards name nodes."""
-    ip = incident.attrs.get("node_ip")
-    if isinstance(ip, str) and ip:
-        return ip
-    return (incident.subject.name or "") if incident.subject.kind is SubjectKind.NODE else ""
+    return refs_of(incident).node_ip or ""
 
 
 def _label(value: str) -> str:

@@ -23,8 +23,9 @@ from loguru import logger
 from argus.incidents.bus import EventSink
 from argus.incidents.events import IncidentEvent
 from control.artifacts import step_of
-from control.jobspec import SUBMISSION_ID_RE
-from core.types import Incident, Report, SubjectKind
+from core.jobfolder import JobFolder, is_submission_id
+from core.refs import refs_of
+from core.types import Incident, Report
 from rca.engine import RcaEngine
 from rca.evidence import LogSource, read_tail
 
@@ -103,16 +104,16 @@ class ReportService:
         incident = self.store.get_incident(incident_id)
         findings = self.store.findings_for(incident_id)
         sid = self.submission_id(incident)
-        job_dir = self.shared_root / "jobs" / sid if sid else None
+        folder = JobFolder(self.shared_root, sid) if sid else None
         context = {
-            "logs": self.job_logs(job_dir) if job_dir else [],
-            "job": self.job_facts(job_dir, sid) if job_dir else None,
-            "last_checkpoint_at": self.last_checkpoint_at(job_dir) if job_dir else None,
+            "logs": self.job_logs(folder) if folder else [],
+            "job": self.job_facts(folder) if folder else None,
+            "last_checkpoint_at": self.last_checkpoint_at(folder) if folder else None,
             "actions": self.store.list_actions(incident_id),
         }
         report = self.engine.report(incident, findings, use_llm=use_llm, **context)
         saved = self.store.add_report(report)
-        self._save_file(job_dir, saved)
+        self._save_file(folder, saved)
         log = logger.bind(incident=incident_id)
         log.info("report {} for {} ({}, {} {:.2f})", saved.id, incident_id, saved.generator, saved.category.value,
                  saved.confidence)
@@ -122,14 +123,13 @@ class ReportService:
 
     @staticmethod
     def submission_id(incident: Incident) -> str | None:
-        sid = incident.attrs.get("submission_id")
-        if not sid and incident.subject.kind is SubjectKind.JOB:
-            sid = incident.subject.id
-        return sid if isinstance(sid, str) and SUBMISSION_ID_RE.match(sid) else None
+        """The job the incident is about (core.refs), when its id may name a job folder."""
+        sid = refs_of(incident).submission_id
+        return sid if is_submission_id(sid) else None
 
-    def job_logs(self, job_dir: Path) -> list[LogSource]:
+    def job_logs(self, job: JobFolder) -> list[LogSource]:
         """The job's log files on shared storage, newest first, the tail of each."""
-        folder = job_dir / "logs"
+        folder = job.logs
         if not folder.is_dir():
             return []
         try:
@@ -138,14 +138,13 @@ class ReportService:
         except OSError:
             return []
         files.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-        return [read_tail(p, name=str(p.relative_to(job_dir))) for p in files[:MAX_LOG_FILES]]
+        return [read_tail(p, name=str(p.relative_to(job.root))) for p in files[:MAX_LOG_FILES]]
 
     @staticmethod
-    def job_facts(job_dir: Path, sid: str | None) -> dict[str, Any] | None:
-        spec_file = job_dir / "config" / "jobspec.yaml"
-        facts: dict[str, Any] = {"submission_id": sid}
+    def job_facts(job: JobFolder) -> dict[str, Any] | None:
+        facts: dict[str, Any] = {"submission_id": job.submission_id}
         try:
-            spec = yaml.safe_load(spec_file.read_text(encoding="utf-8")[:256 * 1024])
+            spec = yaml.safe_load(job.spec_file.read_text(encoding="utf-8")[:256 * 1024])
         except (OSError, yaml.YAMLError):
             spec = None
         if isinstance(spec, dict):
@@ -153,24 +152,23 @@ class ReportService:
                                                       "pool", "code_path", "env", "owner", "resume", "timeout_s")}
             facts["owner"] = spec.get("owner")
         try:
-            facts["status"] = json.loads((job_dir / "config" / "status.json").read_text(encoding="utf-8"))
+            facts["status"] = json.loads(job.status_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             pass
         return facts
 
     @staticmethod
-    def last_checkpoint_at(job_dir: Path) -> datetime | None:
-        folder = job_dir / "checkpoints"
+    def last_checkpoint_at(job: JobFolder) -> datetime | None:
         try:
-            stamps = [p.stat().st_mtime for p in folder.iterdir() if step_of(p.name) is not None]
+            stamps = [p.stat().st_mtime for p in job.checkpoints.iterdir() if step_of(p.name) is not None]
         except OSError:
             return None
         return datetime.fromtimestamp(max(stamps), tz=timezone.utc) if stamps else None
 
-    def _save_file(self, job_dir: Path | None, report: Report) -> None:
-        if job_dir is None or not job_dir.is_dir():
+    def _save_file(self, job: JobFolder | None, report: Report) -> None:
+        if job is None or not job.exists():
             return
-        folder = job_dir / "rca"
+        folder = job.rca
         try:
             folder.mkdir(exist_ok=True)
             for suffix, text in ((".md", report.markdown),

@@ -63,7 +63,7 @@ def one_run(cluster, work: Path, run: int) -> dict[str, float]:  # type: ignore[
         return next((x.split("=", 1)[1] for x in log.splitlines() if x.startswith(key + "=")), None)
 
     node = poll_until("the rank", lambda: printed(sid, "RANK_NODE"), timeout=180)
-    poll_until("a checkpoint", lambda: list((shared / "jobs" / sid / "checkpoints").glob("global_step_*")),
+    poll_until("a checkpoint", lambda: list(jobs.folder(sid).checkpoints.glob("global_step_*")),
                timeout=180)
     pipeline.run_once()
     index = next(w.index for w in cluster.workers if w.node_id == node)

@@ -17,6 +17,7 @@ import httpx
 from loguru import logger
 from prometheus_client.parser import text_string_to_metric_families
 
+from core import signal_keys as keys
 from core.errors import ArgusError, ConfigError, InputError, SourceUnavailable
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
 
@@ -51,12 +52,12 @@ class GpuSample:
             observed_at=observed_at or utcnow(),
             value=self.value,
             attrs={
-                "metric": self.metric,
-                "hostname": self.hostname,
-                "gpu": self.gpu,
-                "uuid": self.uuid,
-                "model_name": self.model_name,
-                "labels": dict(self.labels),
+                keys.METRIC: self.metric,
+                keys.HOSTNAME: self.hostname,
+                keys.GPU: self.gpu,
+                keys.UUID: self.uuid,
+                keys.MODEL_NAME: self.model_name,
+                keys.LABELS: dict(self.labels),
             },
         )
 

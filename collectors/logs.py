@@ -29,7 +29,9 @@ from typing import Any
 from loguru import logger
 
 from collectors.offsets import OffsetStore
+from core import signal_keys as keys
 from core.errors import SourceUnavailable
+from core.jobfolder import JobFolders
 from core.limits import MAX_LINE_CHARS
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
 
@@ -299,7 +301,8 @@ class JobLogsCollector:
 
     def discover(self) -> list[tuple[str, Path]]:
         """(submission_id, file) for every log file under the jobs folder, sorted."""
-        jobs = self.shared_root / "jobs"
+        folders = JobFolders(self.shared_root)
+        jobs = folders.jobs_dir
         if not jobs.is_dir():
             raise SourceUnavailable(
                 "shared storage",
@@ -308,14 +311,13 @@ class JobLogsCollector:
                 hint="mount the shared root, or point ARGUS_SHARED_ROOT at the folder that holds jobs/",
             )
         found: list[tuple[str, Path]] = []
-        for job_dir in sorted(jobs.iterdir()):
-            logs = job_dir / "logs"
-            if not logs.is_dir():
+        for job in folders.all():
+            if not job.logs.is_dir():
                 continue
-            for folder, _, names in os.walk(logs):
+            for folder, _, names in os.walk(job.logs):
                 for name in names:
                     if name.endswith(self.suffixes):
-                        found.append((job_dir.name, Path(folder) / name))
+                        found.append((job.submission_id, Path(folder) / name))
         found.sort(key=lambda item: str(item[1]))
         return found
 
@@ -352,5 +354,5 @@ class JobLogsCollector:
             observed_at=now,
             text=line.text,
             line=line.line_no,
-            attrs={"stream": "job-logs", "file": line.source, "truncated": line.truncated},
+            attrs={keys.STREAM: "job-logs", keys.FILE: line.source, keys.TRUNCATED: line.truncated},
         )

@@ -36,10 +36,11 @@ from typing import Any
 from collectors.dcgm import GpuSample
 from collectors.prometheus import PrometheusClient
 from collectors.ray_api import RayStateApi
+from core import signal_keys as keys
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
 
-JOB_GPUS_METRIC = "argus_job_gpus"
-PLACEMENT_METRIC = "argus_gpu_placement"
+JOB_GPUS_METRIC = keys.JOB_GPUS_METRIC
+PLACEMENT_METRIC = keys.PLACEMENT_METRIC
 SOURCE = "ray.placement"
 DEFAULT_OWNER_KEYS = ("owner", "user")
 
@@ -101,14 +102,14 @@ class JobPlacement:
             observed_at=observed_at,
             value=self.gpus,
             attrs={
-                "metric": JOB_GPUS_METRIC,
-                "job_id": self.job_id,
-                "submission_id": self.submission_id,
-                "status": self.status,
-                "owner": self.owner,
-                "entrypoint": self.entrypoint,
+                keys.METRIC: JOB_GPUS_METRIC,
+                keys.JOB_ID: self.job_id,
+                keys.SUBMISSION_ID: self.submission_id,
+                keys.STATUS: self.status,
+                keys.OWNER: self.owner,
+                keys.ENTRYPOINT: self.entrypoint,
                 "placement": {n.node_ip: n.gpus for n in self.nodes},
-                "nodes": [n.as_dict() for n in self.nodes],
+                keys.NODES: [n.as_dict() for n in self.nodes],
                 "gpu_indices_known": False,
             },
         )
@@ -239,7 +240,7 @@ class GpuPlacementCollector:
             subject=Subject(kind=SubjectKind.CLUSTER, id=self.dashboard_url, name="ray"),
             observed_at=now,
             value=float(len(jobs)),
-            attrs={"metric": PLACEMENT_METRIC, "nodes": nodes, "jobs": [j.key for j in jobs]},
+            attrs={keys.METRIC: PLACEMENT_METRIC, keys.NODES: nodes, keys.JOBS: [j.key for j in jobs]},
         )
         return [snapshot, *(j.to_signal(now) for j in jobs)]
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from core import signal_keys as keys
 from core.errors import InputError, SourceUnavailable
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
 
@@ -82,7 +83,7 @@ class PrometheusTargetsCollector:
                     subject=Subject(kind=SubjectKind.NODE, id=instance, name=instance.rsplit(":", 1)[0]),
                     observed_at=datetime.fromtimestamp(float(ts), tz=timezone.utc) if ts else self._clock(),
                     value=float(value) if value is not None else None,
-                    attrs={"metric": "up", "job": labels.get("job"), "labels": labels},
+                    attrs={keys.METRIC: "up", "job": labels.get("job"), keys.LABELS: labels},
                 )
             )
         return signals

@@ -45,6 +45,7 @@ from loguru import logger
 from collectors.logs import LineSplitter
 from collectors.offsets import OffsetStore
 from collectors.ray_api import DASHBOARD_HINT, cause_of
+from core import signal_keys as keys
 from core.errors import SourceUnavailable
 from core.limits import MAX_LINE_CHARS
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
@@ -325,7 +326,7 @@ class RayLogsCollector:
         ip = node.ip if node else None
         subject = self._subject(file, ip)
         source = f"ray://{ip}/{file.name}"
-        attrs = {"stream": file.stream, "node_id": file.node_id, "node_ip": ip, "file": file.name}
+        attrs = {keys.STREAM: file.stream, keys.NODE_ID: file.node_id, keys.NODE_IP: ip, keys.FILE: file.name}
         return [
             Signal(
                 kind=SignalKind.LOG_LINE,
@@ -334,7 +335,7 @@ class RayLogsCollector:
                 observed_at=stamp,
                 text=text,
                 line=line_no,
-                attrs={**attrs, "truncated": cut},
+                attrs={**attrs, keys.TRUNCATED: cut},
             )
             for line_no, text, cut in result.lines
         ]

@@ -14,6 +14,7 @@ from typing import Any
 from loguru import logger
 
 from collectors.ray_api import RayStateApi
+from core import signal_keys as keys
 from core.errors import SourceUnavailable
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
 
@@ -130,16 +131,16 @@ class RayStateCollector:
             observed_at=now,
             text=_field(node, "state_message"),
             attrs={
-                "state": state,
-                "node_ip": ip,
+                keys.STATE: state,
+                keys.NODE_IP: ip,
                 "node_name": _field(node, "node_name"),
-                "is_head_node": bool(_field(node, "is_head_node")),
-                "state_message": _field(node, "state_message"),
-                "start_time": start.isoformat() if start else None,
-                "end_time": end.isoformat() if end else None,
+                keys.IS_HEAD_NODE: bool(_field(node, "is_head_node")),
+                keys.STATE_MESSAGE: _field(node, "state_message"),
+                keys.START_TIME: start.isoformat() if start else None,
+                keys.END_TIME: end.isoformat() if end else None,
                 "resources_total": dict(_field(node, "resources_total") or {}),
-                "labels": dict(_field(node, "labels") or {}),
-                "jobs": jobs,
+                keys.LABELS: dict(_field(node, "labels") or {}),
+                keys.JOBS: jobs,
             },
         )
 
@@ -152,14 +153,14 @@ class RayStateCollector:
         status = _field(job, "status")
         status = getattr(status, "value", status)  # an enum in the SDK, a string over REST
         return {
-            "job_id": str(_field(job, "job_id") or _field(job, "submission_id")),
-            "submission_id": _field(job, "submission_id"),
-            "status": str(status) if status else None,
-            "entrypoint": _field(job, "entrypoint"),
-            "driver_node_id": driver_node,
-            "message": _field(job, "message"),
-            "error_type": _field(job, "error_type"),
-            "start_time": start.isoformat() if start else None,
-            "end_time": end.isoformat() if end else None,
+            keys.JOB_ID: str(_field(job, "job_id") or _field(job, "submission_id")),
+            keys.SUBMISSION_ID: _field(job, "submission_id"),
+            keys.STATUS: str(status) if status else None,
+            keys.ENTRYPOINT: _field(job, "entrypoint"),
+            keys.DRIVER_NODE_ID: driver_node,
+            keys.MESSAGE: _field(job, "message"),
+            keys.ERROR_TYPE: _field(job, "error_type"),
+            keys.START_TIME: start.isoformat() if start else None,
+            keys.END_TIME: end.isoformat() if end else None,
             "metadata": dict(_field(job, "metadata") or {}),
         }

@@ -24,10 +24,11 @@ from typing import Any
 
 from loguru import logger
 
+from core import signal_keys as keys
 from core.errors import ArgusError, ConfigError, SourceUnavailable
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
 
-METRIC = "storage_free_bytes"
+METRIC = keys.STORAGE_FREE_BYTES_METRIC
 THING = "shared storage"
 _HUNG_HINT = (
     "check the NFS server and this host's mount (`mount | grep nfs`, `dmesg | grep 'not responding'`); "
@@ -134,16 +135,16 @@ class SharedStorageCollector:
             observed_at=now,
             value=float(avail),
             attrs={
-                "metric": METRIC,
-                "path": str(path),
-                "total_bytes": total,
+                keys.METRIC: METRIC,
+                keys.PATH: str(path),
+                keys.TOTAL_BYTES: total,
                 "free_bytes": free,
                 "avail_bytes": avail,
                 "used_bytes": used,
                 "used_fraction": used_fraction,
-                "inodes_total": st.f_files,
-                "inodes_free": st.f_ffree,
-                "inodes_avail": st.f_favail,
+                keys.INODES_TOTAL: st.f_files,
+                keys.INODES_FREE: st.f_ffree,
+                keys.INODES_AVAIL: st.f_favail,
             },
         )
 

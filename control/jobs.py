@@ -40,8 +40,9 @@ import httpx
 from loguru import logger
 
 from control.artifacts import CleanupPlan, apply_cleanup, plan_cleanup
-from control.jobspec import SUBMISSION_ID_RE, JobSpec
+from control.jobspec import JobSpec
 from core.errors import ArgusError, ConfigError, Conflict, InputError, NotFound, SourceUnavailable
+from core.jobfolder import JobFolder, JobFolders, is_submission_id
 from core.types import utcnow
 
 DEFAULT_ENTRYPOINT_RESOURCES: dict[str, float] = {"worker": 0.001}
@@ -116,15 +117,14 @@ class JobController:
 
     @property
     def jobs_root(self) -> Path:
-        return self.shared_root / "jobs"
+        return JobFolders(self.shared_root).jobs_dir
+
+    def folder(self, submission_id: str) -> JobFolder:
+        """The job's folder; InputError when the id is not a valid submission id."""
+        return JobFolder(self.shared_root, submission_id)
 
     def job_dir(self, submission_id: str) -> Path:
-        if not SUBMISSION_ID_RE.match(submission_id):
-            raise InputError(
-                f"{submission_id[:80]!r} is not a valid submission id",
-                hint="ids are 1-64 of A-Z a-z 0-9 _ . -, starting with a letter or digit",
-            )
-        return self.jobs_root / submission_id
+        return self.folder(submission_id).root
 
     def check_code_dir(self, path: Path, what: str, sid: str) -> None:
         """`path` is a directory inside one of the code roots, links resolved (no escape through a link)."""
@@ -195,7 +195,8 @@ class JobController:
 
         `resume_from`: the checkpoint a resubmitted job resumes from, given to it as ARGUS_RESUME_FROM."""
         sid = spec.submission_id or self.new_submission_id(spec.name)
-        job_dir = self.job_dir(sid)
+        folder = self.folder(sid)
+        job_dir = folder.root
         for path, what in ((spec.code_path, "code_path"), (spec.working_dir, "working_dir")):
             if path is not None:
                 self.check_code_dir(Path(path), what, sid)
@@ -211,12 +212,12 @@ class JobController:
                 f"cannot create job folder {job_dir}: {exc.strerror}",
                 hint=f"check that {self.shared_root} is mounted and writable",
             ) from None
-        for sub in ("config", "logs", "checkpoints"):
+        for sub in JobFolder.SUBMIT_SUBFOLDERS:
             (job_dir / sub).mkdir()
 
         call = self.submit_call(spec, sid, job_dir, resume_from=resume_from)
-        (job_dir / "config" / "jobspec.yaml").write_text(spec.to_yaml(), encoding="utf-8")
-        (job_dir / "config" / "submit.json").write_text(json.dumps(call, indent=2) + "\n", encoding="utf-8")
+        folder.spec_file.write_text(spec.to_yaml(), encoding="utf-8")
+        folder.submit_file.write_text(json.dumps(call, indent=2) + "\n", encoding="utf-8")
         try:
             returned = self._call("submit a job", sid, lambda: self.client.submit_job(**call))
         except ArgusError:
@@ -294,10 +295,11 @@ class JobController:
     def _record(self, info: Any) -> JobRecord:
         sid = info.submission_id
         metadata = info.metadata or {}
-        job_dir = self.jobs_root / sid if SUBMISSION_ID_RE.match(sid or "") else None
-        if job_dir is not None and not job_dir.is_dir():
-            job_dir = None
-        mark = self._read_mark(job_dir)
+        folder = self.folder(sid) if is_submission_id(sid) else None
+        if folder is not None and not folder.exists():
+            folder = None
+        job_dir = folder.root if folder is not None else None
+        mark = self._read_mark(folder)
         return JobRecord(
             submission_id=sid,
             status=_status(info.status),
@@ -318,11 +320,11 @@ class JobController:
         """Ask Ray to stop the job and mark it in config/status.json.
 
         The record's message says whether it was still running."""
-        job_dir = self.job_dir(submission_id)
+        folder = self.folder(submission_id)
         stopping = self._call("stop a job", submission_id, lambda: self.client.stop_job(submission_id))
         record = self.get(submission_id)
         if stopping:
-            self._write_mark(job_dir, "stopped", reason)
+            self._write_mark(folder, "stopped", reason)
             logger.info("stopping job {}: {}", submission_id, reason)
             message = f"stop requested: {reason}"
         else:
@@ -349,7 +351,7 @@ class JobController:
                 continue
             if was_running:
                 reason = f"ran {ran:.0f} s, over its timeout of {timeout:g} s"
-                self._write_mark(self.job_dir(sid), "timed_out", reason, timeout_s=timeout)
+                self._write_mark(self.folder(sid), "timed_out", reason, timeout_s=timeout)
                 logger.warning("job {} timed out: {}", sid, reason)
                 stopped.append(sid)
         return stopped
@@ -363,20 +365,20 @@ class JobController:
             )
             return None
 
-    def _write_mark(self, job_dir: Path, mark: str, reason: str, **extra: Any) -> None:
-        if not job_dir.is_dir():
+    def _write_mark(self, folder: JobFolder, mark: str, reason: str, **extra: Any) -> None:
+        if not folder.exists():
             return  # a job not submitted through Argus has no folder to mark
         status = {"mark": mark, "reason": reason, "at": self.clock().isoformat(), **extra}
-        path = job_dir / "config" / "status.json"
+        path = folder.status_file
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(status, indent=2) + "\n", encoding="utf-8")
         tmp.replace(path)
 
-    def _read_mark(self, job_dir: Path | None) -> dict[str, Any] | None:
-        if job_dir is None:
+    def _read_mark(self, folder: JobFolder | None) -> dict[str, Any] | None:
+        if folder is None:
             return None
         try:
-            return json.loads((job_dir / "config" / "status.json").read_text(encoding="utf-8"))
+            return json.loads(folder.status_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
 
@@ -426,7 +428,7 @@ class JobController:
 
     def _driver_log(self, submission_id: str, lines: int) -> str:
         record = self.get(submission_id)
-        saved = record.job_dir / "logs" / "driver.log" if record.job_dir else None
+        saved = self.folder(record.submission_id).driver_log if record.job_dir else None
         if saved is not None and saved.is_file():
             return _last_lines(saved.read_text(encoding="utf-8", errors="replace"), lines)
         if record.driver_node_id is None:

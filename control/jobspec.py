@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.errors import InputError
+from core.jobfolder import SUBMISSION_ID_RE
 
 MAX_SPEC_BYTES = 256 * 1024
 MAX_ENTRYPOINT_CHARS = 16 * 1024
@@ -30,7 +31,6 @@ MAX_LABELS = 32
 MAX_PATH_CHARS = 1024
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}\Z")
-SUBMISSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 # POSIX-ish user names; the first character is never a dot, so ".." cannot be an owner (users/<owner>/).
 OWNER_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}\Z")
 ENV_KEY_RE = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")

@@ -27,10 +27,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from core import signal_keys as keys
 from core.errors import ConfigError
 from core.types import Category, Evidence, Finding, Severity, Signal, SignalKind, Subject, fingerprint_of, utcnow
 
-METRIC = "storage_free_bytes"
+METRIC = keys.STORAGE_FREE_BYTES_METRIC
 THRESHOLD = "threshold"
 TREND = "trend"
 _GB = 1e9
@@ -124,12 +125,13 @@ class DiskSpaceDetector:
         now = self._clock()
         latest: dict[str, Signal] = {}
         for signal in signals:
-            if signal.kind is SignalKind.METRIC and signal.attrs.get("metric") == METRIC and signal.value is not None:
+            if (signal.kind is SignalKind.METRIC and signal.attrs.get(keys.METRIC) == METRIC
+                    and signal.value is not None):
                 latest[signal.subject.id] = signal  # several samples of one path in one poll: the last counts
         findings: list[Finding] = []
         for path, signal in latest.items():
             state = self._paths.setdefault(path, _PathState())
-            total = float(signal.attrs.get("total_bytes") or 0)
+            total = float(signal.attrs.get(keys.TOTAL_BYTES) or 0)
             if total <= 0:
                 continue  # a pseudo file system without a size: nothing to run out of
             point = _Point(signal.observed_at, float(signal.value or 0.0), total, signal.source)
@@ -157,8 +159,8 @@ class DiskSpaceDetector:
     def _threshold(self, signal: Signal, point: _Point, now: datetime) -> Finding | None:
         path = signal.subject.id
         fraction = point.avail / point.total
-        inodes_total = float(signal.attrs.get("inodes_total") or 0)
-        inodes_avail = signal.attrs.get("inodes_avail", signal.attrs.get("inodes_free"))
+        inodes_total = float(signal.attrs.get(keys.INODES_TOTAL) or 0)
+        inodes_avail = signal.attrs.get(keys.INODES_AVAIL, signal.attrs.get(keys.INODES_FREE))
         # Some file systems (btrfs, some NFS servers) report no inode table (0): they cannot run out of inodes.
         inode_fraction = float(inodes_avail) / inodes_total if inodes_total > 0 and inodes_avail is not None else None
         low_space = fraction < self.min_free_fraction

@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from core import signal_keys as keys
 from core.errors import ConfigError
 from core.types import (
     Category,
@@ -51,8 +52,8 @@ from core.types import (
     utcnow,
 )
 
-PLACEMENT_METRIC = "argus_gpu_placement"
-JOB_GPUS_METRIC = "argus_job_gpus"
+PLACEMENT_METRIC = keys.PLACEMENT_METRIC
+JOB_GPUS_METRIC = keys.JOB_GPUS_METRIC
 UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 NODE_MATCHES = ("instance", "hostname")
 _MAX_GPU_EVIDENCE = 16
@@ -131,7 +132,7 @@ class IdleGpuDetector:
         for signal in signals:
             if signal.kind is not SignalKind.METRIC:
                 continue
-            metric = signal.attrs.get("metric")
+            metric = signal.attrs.get(keys.METRIC)
             if metric == PLACEMENT_METRIC:
                 snapshot = signal
             elif metric == JOB_GPUS_METRIC and signal.subject.kind is SubjectKind.JOB:
@@ -147,13 +148,13 @@ class IdleGpuDetector:
         findings = []
         running = set()
         for job in jobs:
-            if job.attrs.get("status") != "RUNNING":
+            if job.attrs.get(keys.STATUS) != "RUNNING":
                 continue
             key = job.subject.id
             running.add(key)
             verdicts = [
                 _NodeVerdict(node, *self._judge(node_gpus.get(node.get("node_id"), []), node))
-                for node in job.attrs.get("nodes") or []
+                for node in job.attrs.get(keys.NODES) or []
             ]
             finding = self._advance(key, job, verdicts, now)
             if finding is not None:
@@ -168,7 +169,7 @@ class IdleGpuDetector:
     def _take_sample(self, signal: Signal, fresh: dict[str, _Sample]) -> None:
         if signal.value is None:
             return
-        labels = signal.attrs.get("labels") or {}
+        labels = signal.attrs.get(keys.LABELS) or {}
         instance = labels.get("instance")
         if instance:
             host = urlsplit(f"//{instance}").hostname
@@ -182,8 +183,8 @@ class IdleGpuDetector:
             value=float(signal.value),
             at=signal.observed_at,
             source=signal.source,
-            hostname=str(signal.attrs.get("hostname") or ""),
-            index=signal.attrs.get("gpu"),
+            hostname=str(signal.attrs.get(keys.HOSTNAME) or ""),
+            index=signal.attrs.get(keys.GPU),
             instance_host=host,
         )
         seen = fresh.get(uuid)
@@ -194,7 +195,7 @@ class IdleGpuDetector:
     def _samples_by_node(self, snapshot: Signal) -> dict[str, list[_Sample]]:
         by_ip: dict[str, str] = {}
         by_name: dict[str, str] = {}
-        for node in snapshot.attrs.get("nodes") or []:
+        for node in snapshot.attrs.get(keys.NODES) or []:
             if node.get("state", "ALIVE") != "ALIVE":
                 continue
             if node.get("node_ip"):
@@ -260,7 +261,7 @@ class IdleGpuDetector:
     ) -> Finding:
         attrs = job.attrs
         key = job.subject.id
-        owner = attrs.get("owner")
+        owner = attrs.get(keys.OWNER)
         gpus = sum(float(v.node.get("gpus") or 0) for v in verdicts)
         idle_s = (now - episode.idle_since).total_seconds()
         gpu_hours = gpus * idle_s / 3600.0
@@ -290,7 +291,7 @@ class IdleGpuDetector:
         evidence = [
             Evidence(
                 source=job.source,
-                text=f"job {key} (ray job {attrs.get('job_id')}, status {attrs.get('status')}) holds "
+                text=f"job {key} (ray job {attrs.get(keys.JOB_ID)}, status {attrs.get(keys.STATUS)}) holds "
                 f"{float(v.node.get('gpus') or 0):g} of {float(v.node.get('node_gpus_total') or 0):g} GPUs "
                 f"on node {v.node.get('node_ip')} ({v.node.get('node_id')})",
                 at=job.observed_at,
@@ -326,10 +327,10 @@ class IdleGpuDetector:
             ),
             fingerprint=fingerprint_of(Category.IDLE_GPU, subject, episode_key),
             attrs={
-                "job_id": attrs.get("job_id"),
-                "submission_id": attrs.get("submission_id"),
+                keys.JOB_ID: attrs.get(keys.JOB_ID),
+                keys.SUBMISSION_ID: attrs.get(keys.SUBMISSION_ID),
                 "owner": owner,
-                "entrypoint": attrs.get("entrypoint"),
+                "entrypoint": attrs.get(keys.ENTRYPOINT),
                 "gpus": gpus,
                 "nodes": nodes,
                 "attribution": "per_node" if shared else "exact",

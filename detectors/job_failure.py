@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
+from core import signal_keys as keys
 from core.types import (
     Category,
     Evidence,
@@ -67,10 +68,10 @@ class JobFailureDetector:
         for signal in signals:
             if signal.kind is not SignalKind.JOB_STATE or signal.subject.kind is not SubjectKind.JOB:
                 continue
-            if signal.attrs.get("status") != "FAILED" or signal.subject.id in self._reported:
+            if signal.attrs.get(keys.STATUS) != "FAILED" or signal.subject.id in self._reported:
                 continue
             self._remember(signal.subject.id)
-            ended = parse_iso(signal.attrs.get("end_time")) or signal.observed_at
+            ended = parse_iso(signal.attrs.get(keys.END_TIME)) or signal.observed_at
             if self._clock() - ended > self.lookback:
                 continue
             finding = self._classify(signal, ended)
@@ -84,7 +85,7 @@ class JobFailureDetector:
             self._reported.popitem(last=False)
 
     def _classify(self, signal: Signal, ended: datetime) -> Finding | None:
-        message = signal.text or signal.attrs.get("message") or ""
+        message = signal.text or signal.attrs.get(keys.MESSAGE) or ""
         lines = message.splitlines()
         source = f"{signal.source}/{signal.subject.id}/message"
         matches = [m for m in self.rules.scan(lines, source=source) if m.rule.permanent]
@@ -116,7 +117,7 @@ class JobFailureDetector:
     def _unmatched(self, signal: Signal, lines: list[str], source: str, ended: datetime) -> Finding:
         first = max(1, len(lines) - _TAIL_LINES + 1)
         tail = [_evidence(source, text, n, ended) for n, text in enumerate(lines[-_TAIL_LINES:], start=first)]
-        error_type = signal.attrs.get("error_type") or "no error type"
+        error_type = signal.attrs.get(keys.ERROR_TYPE) or "no error type"
         return Finding(
             category=Category.UNKNOWN,
             reason=UNMATCHED_REASON,
@@ -137,8 +138,8 @@ class JobFailureDetector:
         attrs = signal.attrs
         return Evidence(
             source=signal.source,
-            text=f"job {signal.subject.id} status=FAILED error_type={attrs.get('error_type')} "
-            f"entrypoint={_clip(str(attrs.get('entrypoint') or ''), 200)}",
+            text=f"job {signal.subject.id} status=FAILED error_type={attrs.get(keys.ERROR_TYPE)} "
+            f"entrypoint={_clip(str(attrs.get(keys.ENTRYPOINT) or ''), 200)}",
             at=ended,
         )
 
@@ -146,11 +147,11 @@ class JobFailureDetector:
     def _attrs(signal: Signal, *, rule_reason: str | None, matched: list[str]) -> dict:
         attrs = signal.attrs
         return {
-            "submission_id": attrs.get("submission_id") or signal.subject.id,
-            "job_id": attrs.get("job_id"),
-            "error_type": attrs.get("error_type"),
-            "driver_node_id": attrs.get("driver_node_id"),
-            "end_time": attrs.get("end_time"),
+            keys.SUBMISSION_ID: attrs.get(keys.SUBMISSION_ID) or signal.subject.id,
+            keys.JOB_ID: attrs.get(keys.JOB_ID),
+            "error_type": attrs.get(keys.ERROR_TYPE),
+            "driver_node_id": attrs.get(keys.DRIVER_NODE_ID),
+            "end_time": attrs.get(keys.END_TIME),
             "rule": rule_reason,
             "matched": matched,
         }

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from core import signal_keys as keys
 from core.types import Category, Evidence, Finding, Signal, SignalKind, Subject, SubjectKind, utcnow
 from detectors.engine import ANY_SOURCE, LogRule, RuleSet
 
@@ -82,7 +83,7 @@ class LogRuleDetector:
             if signal.kind is not SignalKind.LOG_LINE or not signal.text:
                 continue
             context = self._context.touch(signal.source, lambda: deque(maxlen=self.context_lines))
-            matched = self._rules_for(str(signal.attrs.get("stream") or ANY_SOURCE)).match(signal.text)
+            matched = self._rules_for(str(signal.attrs.get(keys.STREAM) or ANY_SOURCE)).match(signal.text)
             if matched:
                 finding = self._on_match(signal, matched, tuple(context))
                 if finding is not None:
@@ -110,7 +111,7 @@ class LogRuleDetector:
         text = signal.text or ""
         if len(text) > self.evidence_chars:
             text = text[: self.evidence_chars] + " [...]"
-        if signal.attrs.get("truncated"):
+        if signal.attrs.get(keys.TRUNCATED):
             text += " [line truncated]"
         return Evidence(source=signal.source, text=note + text, line=signal.line, at=signal.observed_at)
 
@@ -142,11 +143,11 @@ class LogRuleDetector:
             attrs={
                 "rule": rule.reason,
                 "rule_location": rule.location,
-                "stream": signal.attrs.get("stream"),
-                "file": signal.attrs.get("file") or signal.source,
+                "stream": signal.attrs.get(keys.STREAM),
+                "file": signal.attrs.get(keys.FILE) or signal.source,
                 "line": signal.line,
-                "node_id": signal.attrs.get("node_id"),
-                "node_ip": signal.attrs.get("node_ip"),
+                keys.NODE_ID: signal.attrs.get(keys.NODE_ID),
+                keys.NODE_IP: signal.attrs.get(keys.NODE_IP),
                 "temporary_before": [r.reason for r, _ in earlier],
             },
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
+from core import signal_keys as keys
 from core.types import (
     Category,
     Evidence,
@@ -51,30 +52,30 @@ class LostNodeDetector:
     def detect(self, signals: Sequence[Signal]) -> list[Finding]:
         findings = []
         for signal in signals:
-            if signal.kind is not SignalKind.NODE_STATE or signal.attrs.get("state") != "DEAD":
+            if signal.kind is not SignalKind.NODE_STATE or signal.attrs.get(keys.STATE) != "DEAD":
                 continue
             node_id = signal.subject.id
             if node_id in self._reported:
                 continue
-            died_at = parse_iso(signal.attrs.get("end_time")) or signal.observed_at
+            died_at = parse_iso(signal.attrs.get(keys.END_TIME)) or signal.observed_at
             if self._clock() - died_at > self.lookback:
                 self._reported.add(node_id)
                 continue
             self._reported.add(node_id)
-            if planned_end(signal.attrs.get("state_message")):
+            if planned_end(signal.attrs.get(keys.STATE_MESSAGE)):
                 continue
             findings.append(self._finding(signal, died_at))
         return findings
 
     def _finding(self, signal: Signal, died_at: datetime) -> Finding:
         attrs = signal.attrs
-        ip = attrs.get("node_ip") or "unknown IP"
-        reason = (attrs.get("state_message") or "no reason given by Ray").strip()
-        jobs = attrs.get("jobs") or []
+        ip = attrs.get(keys.NODE_IP) or "unknown IP"
+        reason = (attrs.get(keys.STATE_MESSAGE) or "no reason given by Ray").strip()
+        jobs = attrs.get(keys.JOBS) or []
         active = [j for j in jobs if j.get("status") in {None, "RUNNING", "PENDING"}]
         names = [j.get("submission_id") or j.get("job_id") for j in jobs]
         who = f"; jobs with work there: {', '.join(names)}" if names else "; no jobs had work there"
-        role = "head node" if attrs.get("is_head_node") else "node"
+        role = "head node" if attrs.get(keys.IS_HEAD_NODE) else "node"
         evidence = [
             Evidence(
                 source=signal.source,
@@ -95,17 +96,17 @@ class LostNodeDetector:
             reason="RayNodeDead",
             subject=signal.subject,
             summary=f"Ray {role} {ip} died: {reason}{who}",
-            severity=Severity.CRITICAL if active or attrs.get("is_head_node") else Severity.WARNING,
+            severity=Severity.CRITICAL if active or attrs.get(keys.IS_HEAD_NODE) else Severity.WARNING,
             confidence=1.0,
             evidence=tuple(evidence),
             first_seen=died_at,
             detected_at=self._clock(),
             recommended_action=ACTION,
             attrs={
-                "node_id": signal.subject.id,
-                "node_ip": attrs.get("node_ip"),
+                keys.NODE_ID: signal.subject.id,
+                keys.NODE_IP: attrs.get(keys.NODE_IP),
                 "death_reason": reason,
                 "died_at": died_at.isoformat(),
-                "jobs": jobs,
+                keys.JOBS: jobs,
             },
         )

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from core import signal_keys as keys
 from core.errors import ConfigError
 from core.types import (
     Category,
@@ -216,12 +217,12 @@ class StallDetector:
             if signal.kind is SignalKind.JOB_STATE and signal.subject.kind is SubjectKind.JOB:
                 job = self._job(signal.subject)
                 job.subject = signal.subject  # the state collector's subject carries the entrypoint
-                job.status = str(signal.attrs.get("status") or "") or None
+                job.status = str(signal.attrs.get(keys.STATUS) or "") or None
                 job.seen_at = now
             elif signal.kind is SignalKind.LOG_LINE and signal.subject.kind is SubjectKind.JOB:
-                if self.log_stream is None or signal.attrs.get("stream") in (None, self.log_stream):
+                if self.log_stream is None or signal.attrs.get(keys.STREAM) in (None, self.log_stream):
                     self._on_line(self._job(signal.subject), signal)
-            elif signal.kind is SignalKind.METRIC and signal.attrs.get("metric") in GPU_ACTIVITY_METRICS:
+            elif signal.kind is SignalKind.METRIC and signal.attrs.get(keys.METRIC) in GPU_ACTIVITY_METRICS:
                 self._on_gpu(signal)
         return self._judge(now)
 
@@ -285,7 +286,7 @@ class StallDetector:
         if job_id is None or job_id not in self._jobs or signal.value is None:
             return
         job = self._jobs[job_id]
-        value = signal.value * (100.0 if str(signal.attrs.get("metric", "")).startswith("DCGM_FI_PROF") else 1.0)
+        value = signal.value * (100.0 if str(signal.attrs.get(keys.METRIC, "")).startswith("DCGM_FI_PROF") else 1.0)
         gpu = signal.subject.id
         previous = job.gpu_last.get(gpu)
         job.gpu_last[gpu] = value
@@ -407,7 +408,7 @@ class StallDetector:
             evidence.append(
                 Evidence(
                     source=sample.source,
-                    text=f"{sample.attrs.get('metric')} of GPU {sample.subject.name or gpu} = {sample.value:g}",
+                    text=f"{sample.attrs.get(keys.METRIC)} of GPU {sample.subject.name or gpu} = {sample.value:g}",
                     at=sample.observed_at,
                     value=sample.value,
                 )
@@ -471,7 +472,7 @@ def _job_of(signal: Signal) -> str | None:
         value = signal.attrs.get(key)
         if isinstance(value, str) and value:
             return value
-    labels = signal.attrs.get("labels")
+    labels = signal.attrs.get(keys.LABELS)
     if isinstance(labels, Mapping):
         for key in _JOB_LABELS:
             value = labels.get(key)

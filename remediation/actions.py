@@ -33,12 +33,14 @@ from loguru import logger
 from control import commands
 from control.artifacts import step_of
 from control.jobs import JobController
-from control.jobspec import SUBMISSION_ID_RE, JobSpec
+from control.jobspec import JobSpec
 from control.node_manager import NodeManager
 from control.nodes import NodeRecord, NodeRegistry, NodeState
 from control.ssh import CommandRunner
 from core.errors import ArgusError, Conflict, NotFound
-from core.types import ActionState, Incident, SubjectKind, utcnow
+from core.jobfolder import JobFolder, JobFolders
+from core.refs import refs_of
+from core.types import ActionState, Incident, utcnow
 from detectors.timestamps import parse_iso
 
 ACTOR = "argus-remediation"
@@ -86,30 +88,23 @@ class Context:
     def shared_root(self) -> Path:
         return self.jobs.shared_root
 
+    @property
+    def folders(self) -> JobFolders:
+        return JobFolders(self.shared_root)
+
 
 # -- targets ---------------------------------------------------------------------------------------------
 
 
 def jobs_of(incident: Incident) -> list[str]:
-    """Submission ids the incident is about: its job, or the jobs that had work on its node."""
-    found: list[str] = []
-    sid = incident.attrs.get("submission_id")
-    if incident.subject.kind is SubjectKind.JOB:
-        found.append(incident.subject.id)
-    if isinstance(sid, str):
-        found.append(sid)
-    for job in incident.attrs.get("jobs") or []:
-        if isinstance(job, dict) and isinstance(job.get("submission_id"), str):
-            found.append(job["submission_id"])
-    return [s for s in dict.fromkeys(found) if SUBMISSION_ID_RE.match(s)]
+    """Submission ids the incident is about: its job, or the jobs that had work on its node (core.refs)."""
+    return refs_of(incident).actionable_submission_ids
 
 
 def node_of(incident: Incident) -> tuple[str | None, str | None]:
-    """(Ray node id, node IP) the incident is about, when it names one."""
-    node_id = incident.subject.id if incident.subject.kind is SubjectKind.NODE else incident.attrs.get("node_id")
-    ip = incident.attrs.get("node_ip") or (incident.subject.name if incident.subject.kind is SubjectKind.NODE
-                                           else None)
-    return (node_id if isinstance(node_id, str) else None), (ip if isinstance(ip, str) else None)
+    """(Ray node id, node IP) the incident is about, when it names one (core.refs)."""
+    refs = refs_of(incident)
+    return refs.node_id, refs.node_ip
 
 
 def registered_node(registry: NodeRegistry, node_id: str | None, ip: str | None) -> NodeRecord | None:
@@ -124,9 +119,8 @@ def registered_node(registry: NodeRegistry, node_id: str | None, ip: str | None)
 
 
 def keep_scene(ctx: Context, incident: Incident, params: dict[str, Any], dry_run: bool) -> Outcome:
-    sids = [s for s in jobs_of(incident) if (ctx.shared_root / "jobs" / s).is_dir()]
-    folders = [ctx.shared_root / "jobs" / s / "scene" / incident.id for s in sids] or [
-        ctx.shared_root / "scene" / incident.id]
+    sids = [s for s in jobs_of(incident) if ctx.folders.of(s).exists()]
+    folders = [ctx.folders.of(s).scene_of(incident.id) for s in sids] or [ctx.folders.scene_of(incident.id)]
     if dry_run:
         return skipped(f"would keep the scene in {', '.join(map(str, folders))}", dry_run=True,
                        folders=[str(f) for f in folders])
@@ -195,15 +189,14 @@ def _plain(obj: Any) -> dict[str, Any]:
 
 
 def _job_scene(ctx: Context, scene: _Scene, sid: str) -> None:
-    job_dir = ctx.shared_root / "jobs" / sid
+    folder = ctx.folders.of(sid)
     info = scene.attempt("the job from Ray", lambda: ctx.jobs.client.get_job_info(sid))
     job_id = getattr(info, "job_id", None)
     if info is not None:
         scene.json("ray/job.json", _plain(info) if not isinstance(info, dict) else info)
-    for name in ("jobspec.yaml", "submit.json", "status.json"):
-        source = job_dir / "config" / name
+    for source in (folder.spec_file, folder.submit_file, folder.status_file):
         if source.is_file():
-            scene.text(f"config/{name}", source.read_text(encoding="utf-8", errors="replace"))
+            scene.text(f"config/{source.name}", source.read_text(encoding="utf-8", errors="replace"))
     tail = scene.attempt("the driver log", lambda: ctx.jobs.tail(sid, 2000))
     if tail:
         scene.text("logs/driver-tail.log", tail)
@@ -295,13 +288,13 @@ def drain_node(ctx: Context, incident: Incident, params: dict[str, Any], dry_run
 # -- resubmit_job --------------------------------------------------------------------------------------------
 
 
-def chain_of(job_dir: Path, sid: str) -> tuple[str, int]:
-    """(the first job of the chain of resubmissions `sid` belongs to, the attempt number of `sid`)."""
+def chain_of(folder: JobFolder) -> tuple[str, int]:
+    """(the first job of the chain of resubmissions the folder's job belongs to, the attempt number of it)."""
     try:
-        info = json.loads((job_dir / "config" / "resubmit.json").read_text(encoding="utf-8"))
+        info = json.loads(folder.resubmit_file.read_text(encoding="utf-8"))
         return str(info["root"]), int(info["attempt"])
     except (OSError, ValueError, KeyError, TypeError):
-        return sid, 0
+        return folder.submission_id, 0
 
 
 def resubmit_job(ctx: Context, incident: Incident, params: dict[str, Any], dry_run: bool) -> Outcome:
@@ -325,22 +318,21 @@ def next_submission_id(root: str, attempt: int) -> str:
 
 
 def _resubmit_one(ctx: Context, incident: Incident, sid: str, dry_run: bool) -> dict[str, Any]:
-    job_dir = ctx.shared_root / "jobs" / sid
-    spec_file = job_dir / "config" / "jobspec.yaml"
-    if not spec_file.is_file():
+    folder = ctx.folders.of(sid)
+    if not folder.spec_file.is_file():
         return {"job": sid, "state": "skipped", "message": f"job {sid} was not submitted through Argus: no spec"}
-    spec = JobSpec.load(spec_file)
-    root, attempt = chain_of(job_dir, sid)
+    spec = JobSpec.load(folder.spec_file)
+    root, attempt = chain_of(folder)
     new_sid = next_submission_id(root, attempt + 1)
     entry = spec.entrypoint
     if "verl" in entry and "resume_mode" not in entry:
         entry = f"{entry} trainer.resume_mode=auto"
-    checkpoint = _latest_checkpoint(job_dir)
+    checkpoint = _latest_checkpoint(folder)
     try:
         record = ctx.jobs.get(sid)
     except NotFound:
         record = None
-    if record is not None and (why := _ended_apart(record, incident, job_dir)):
+    if record is not None and (why := _ended_apart(record, incident, folder)):
         return {"job": sid, "state": "skipped", "message": f"job {sid} {why}: not resubmitted"}
     if dry_run:
         return {"job": sid, "state": "would", "new": new_sid,
@@ -361,7 +353,7 @@ def _resubmit_one(ctx: Context, incident: Incident, sid: str, dry_run: bool) -> 
             try:
                 ctx.jobs.get(new_sid)
             except NotFound:
-                shutil.rmtree(ctx.shared_root / "jobs" / new_sid, ignore_errors=True)
+                shutil.rmtree(ctx.folders.of(new_sid).root, ignore_errors=True)
                 continue
             return {"job": sid, "state": "exists", "new": new_sid, "message": f"{new_sid} was already submitted"}
         except ArgusError as exc:
@@ -369,13 +361,13 @@ def _resubmit_one(ctx: Context, incident: Incident, sid: str, dry_run: bool) -> 
                     "message": f"resubmitting {sid} failed: {exc.message}"}
     marker = {"of": sid, "root": root, "attempt": attempt + 1, "incident": incident.id,
               "checkpoint": str(checkpoint) if checkpoint else None, "at": ctx.clock().isoformat()}
-    (ctx.shared_root / "jobs" / new_sid / "config" / "resubmit.json").write_text(json.dumps(marker, indent=2) + "\n")
+    ctx.folders.of(new_sid).resubmit_file.write_text(json.dumps(marker, indent=2) + "\n")
     logger.bind(incident=incident.id).info("resubmitted {} as {} (attempt {})", sid, new_sid, attempt + 1)
     return {"job": sid, "state": "submitted", "new": new_sid, "attempt": attempt + 1,
             "message": f"resubmitted {sid} as {new_sid}" + (f" from {checkpoint.name}" if checkpoint else "")}
 
 
-def _ended_apart(record: Any, incident: Incident, job_dir: Path) -> str | None:
+def _ended_apart(record: Any, incident: Incident, folder: JobFolder) -> str | None:
     """Why a job that already ended is none of this incident's business, or None when it is.
 
     A lost node names every job that ever had work there; one that finished, was stopped (by a person, by a
@@ -389,7 +381,7 @@ def _ended_apart(record: Any, incident: Incident, job_dir: Path) -> str | None:
         return "had already succeeded"
     if record.status == "STOPPED" or record.mark in ("stopped", "timed_out"):
         try:
-            reason = json.loads((job_dir / "config" / "status.json").read_text(encoding="utf-8")).get("reason", "")
+            reason = json.loads(folder.status_file.read_text(encoding="utf-8")).get("reason", "")
         except (OSError, ValueError, AttributeError):
             reason = ""
         if f"(incident {incident.id})" in str(reason):
@@ -402,10 +394,9 @@ def _ended_apart(record: Any, incident: Incident, job_dir: Path) -> str | None:
     return None
 
 
-def _latest_checkpoint(job_dir: Path) -> Path | None:
-    folder = job_dir / "checkpoints"
+def _latest_checkpoint(folder: JobFolder) -> Path | None:
     try:
-        steps = [(step_of(p.name), p) for p in folder.iterdir()]
+        steps = [(step_of(p.name), p) for p in folder.checkpoints.iterdir()]
     except OSError:
         return None
     steps = [(n, p) for n, p in steps if n is not None]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from core.jobfolder import JobFolder
 from core.types import Action, ActionState, Incident
 from remediation.actions import chain_of, jobs_of, node_of
 from remediation.policy import Guards
@@ -69,7 +70,7 @@ def check(guards: Guards, action: Action, incident: Incident, history: list[Acti
             return Verdict(False, f"job {', '.join(protected)} is protected by the policy")
     if kind == "resubmit_job":
         for sid in jobs_of(incident):
-            root, attempt = chain_of(shared_root / "jobs" / sid, sid)
+            root, attempt = chain_of(JobFolder(shared_root, sid))
             chain = [a for a in ran if a.kind == "resubmit_job" and a.updated_at >= day_ago
                      and root in (a.result.get("roots") or [])]
             if len(chain) >= guards.max_resubmits_per_job_per_day:

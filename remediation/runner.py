@@ -141,7 +141,7 @@ class Remediator:
             refused = self._move(action, source, ActionState.SKIPPED, guard=verdict.reason,
                                  message=f"refused by a guard: {verdict.reason}")
             return refused
-        roots = [chain_of(self.ctx.shared_root / "jobs" / s, s)[0] for s in jobs_of(incident)]
+        roots = [chain_of(self.ctx.folders.of(s))[0] for s in jobs_of(incident)]
         try:
             running = self.store.transition_action(action.id, (source,), ActionState.RUNNING,
                                                    {**action.result, "roots": roots,

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
+from core import signal_keys as keys
+from core.refs import refs_of
 from core.types import Action, Incident, Report, Severity
 
 EVENTS = ("opened", "updated", "resolved", "report_ready", "approval_needed")
@@ -153,10 +155,12 @@ def build_message(
     attrs = incident.attrs or {}
     subject = incident.subject
     incident_url, report_url = links(public_url, incident.id)
-    job = attrs.get("submission_id") or impact.get("job") or (subject.id if subject.kind.value == "job" else None)
+    refs = refs_of(incident)
     nodes = impact.get("nodes") or []
-    node = (attrs.get("node_ip") or attrs.get("node_id") or (", ".join(map(str, nodes)) if nodes else None)
-            or (subject.name or subject.id if subject.kind.value == "node" else None))
+    # What the incident's attrs name comes first, then the report's impact (it knows the job's folder), then
+    # the incident's subject.
+    job = attrs.get(keys.SUBMISSION_ID) or impact.get("job") or refs.submission_id
+    node = refs.node_ip or refs.node_id or (", ".join(map(str, nodes)) if nodes else None)
     owner = attrs.get("owner") or impact.get("owner")
     where = untrusted(subject.name or subject.id, 80)
     return Message(

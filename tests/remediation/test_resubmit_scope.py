@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from control.jobs import JobRecord
+from core.jobfolder import JobFolder
 from core.types import Category, Incident, IncidentState, Severity, Subject, SubjectKind
 from remediation.actions import _ended_apart
 
@@ -26,36 +27,43 @@ def record(status: str, ended: datetime | None, mark: str | None = None) -> JobR
     return JobRecord(submission_id=SID, status=status, job_dir=None, ended_at=ended, mark=mark)
 
 
-def marked(tmp_path: Path, reason: str) -> Path:
-    (tmp_path / "config").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "config" / "status.json").write_text(json.dumps({"mark": "stopped", "reason": reason}))
-    return tmp_path
+def folder(shared: Path) -> JobFolder:
+    return JobFolder(shared, SID)
+
+
+def marked(tmp_path: Path, reason: str) -> JobFolder:
+    job = folder(tmp_path)
+    job.config.mkdir(parents=True, exist_ok=True)
+    job.status_file.write_text(json.dumps({"mark": "stopped", "reason": reason}))
+    return job
 
 
 def test_jobs_the_fault_hit_are_resubmitted(tmp_path: Path) -> None:
-    assert _ended_apart(record("RUNNING", None), incident(), tmp_path) is None  # a hung job: stopped, then resubmitted
+    # a hung job: stopped, then resubmitted
+    assert _ended_apart(record("RUNNING", None), incident(), folder(tmp_path)) is None
     # the rank died with the node: Ray ends the job a little after the node's death
-    assert _ended_apart(record("FAILED", FAULT + timedelta(seconds=3)), incident(), tmp_path) is None
+    assert _ended_apart(record("FAILED", FAULT + timedelta(seconds=3)), incident(), folder(tmp_path)) is None
     # evidence read a poll after the job ended still counts as this fault
-    assert _ended_apart(record("FAILED", FAULT - timedelta(seconds=10)), incident(), tmp_path) is None
+    assert _ended_apart(record("FAILED", FAULT - timedelta(seconds=10)), incident(), folder(tmp_path)) is None
 
 
 def test_jobs_that_ended_apart_from_the_fault_stay_ended(tmp_path: Path) -> None:
-    assert "succeeded" in _ended_apart(record("SUCCEEDED", FAULT - timedelta(hours=1)), incident(), tmp_path)
-    early = _ended_apart(record("FAILED", FAULT - timedelta(seconds=57)), incident(), tmp_path)
+    assert "succeeded" in _ended_apart(record("SUCCEEDED", FAULT - timedelta(hours=1)), incident(), folder(tmp_path))
+    early = _ended_apart(record("FAILED", FAULT - timedelta(seconds=57)), incident(), folder(tmp_path))
     assert early and "before this fault" in early
     stopped = _ended_apart(record("STOPPED", FAULT - timedelta(seconds=32), "stopped"), incident(),
                            marked(tmp_path, "stop requested"))
     assert stopped and "stopped on purpose (stop requested)" in stopped
-    assert "stopped on purpose" in _ended_apart(record("STOPPED", FAULT, "timed_out"), incident(), tmp_path / "x")
+    timed_out = _ended_apart(record("STOPPED", FAULT, "timed_out"), incident(), folder(tmp_path / "x"))
+    assert timed_out and "stopped on purpose" in timed_out
 
 
 def test_a_job_this_incident_stopped_is_still_its_own_after_a_crash(tmp_path: Path) -> None:
     """The resubmit step stops a hung job first; a run repeated after a crash must go on to submit."""
-    job_dir = marked(tmp_path, f"resubmitting as {SID}-r1 (incident inc-c3d630c2db4d)")
-    assert _ended_apart(record("STOPPED", FAULT + timedelta(seconds=5), "stopped"), incident(), job_dir) is None
+    job = marked(tmp_path, f"resubmitting as {SID}-r1 (incident inc-c3d630c2db4d)")
+    assert _ended_apart(record("STOPPED", FAULT + timedelta(seconds=5), "stopped"), incident(), job) is None
     other = _ended_apart(record("STOPPED", FAULT + timedelta(seconds=5), "stopped"), incident("inc-000000000000"),
-                         job_dir)
+                         job)
     assert other and "stopped on purpose" in other
 
 
@@ -63,6 +71,6 @@ def test_the_node_death_time_beats_an_earlier_echo_in_the_incident(tmp_path: Pat
     """Echoes filed into a lost-node incident (a stall on another job) can pull first_seen a minute early."""
     died = FAULT + timedelta(seconds=58)
     lost = incident().model_copy(update={"attrs": {"died_at": died.isoformat()}})
-    early = _ended_apart(record("FAILED", FAULT + timedelta(seconds=2)), lost, tmp_path)
+    early = _ended_apart(record("FAILED", FAULT + timedelta(seconds=2)), lost, folder(tmp_path))
     assert early and "before this fault" in early
-    assert _ended_apart(record("FAILED", died + timedelta(seconds=1)), lost, tmp_path) is None
+    assert _ended_apart(record("FAILED", died + timedelta(seconds=1)), lost, folder(tmp_path)) is None

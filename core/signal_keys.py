@@ -1,0 +1,62 @@
+"""The keys of `Signal.attrs` (and the metric names) that collectors write and detectors read.
+
+Collectors and detectors never import each other, so the contract between them lives here: a key spelt
+differently on the two sides would make a detector silently see nothing. Findings reuse some of these
+keys in their own attrs (`submission_id`, `node_ip`, `jobs`), which core.refs reads.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- every metric sample ---------------------------------------------------------------------------------
+METRIC: Final = "metric"  # the series name
+LABELS: Final = "labels"  # the sample's labels, as scraped
+
+# -- GPU samples (dcgm, nvml) --------------------------------------------------------------------------------
+HOSTNAME: Final = "hostname"
+GPU: Final = "gpu"  # the GPU's index on its host
+UUID: Final = "uuid"
+MODEL_NAME: Final = "model_name"
+
+# -- log lines ------------------------------------------------------------------------------------------------
+STREAM: Final = "stream"  # which rules apply: "job-logs", "raylet", ... (detectors/rules/*.yaml `source`)
+FILE: Final = "file"
+TRUNCATED: Final = "truncated"  # the line was cut at core.limits.MAX_LINE_BYTES
+
+# -- where: nodes and jobs ------------------------------------------------------------------------------------
+NODE_ID: Final = "node_id"  # Ray's node id
+NODE_IP: Final = "node_ip"
+NODES: Final = "nodes"
+JOBS: Final = "jobs"  # on a node: the jobs that had work there (dicts as JOB_* below, or ids)
+JOB_ID: Final = "job_id"  # Ray's job id
+SUBMISSION_ID: Final = "submission_id"
+
+# -- node and job states (ray_state, placement) ---------------------------------------------------------------
+STATE: Final = "state"  # a node's: ALIVE, DEAD
+STATE_MESSAGE: Final = "state_message"
+IS_HEAD_NODE: Final = "is_head_node"
+STATUS: Final = "status"  # a job's: PENDING, RUNNING, FAILED, ...
+MESSAGE: Final = "message"
+ERROR_TYPE: Final = "error_type"
+ENTRYPOINT: Final = "entrypoint"
+DRIVER_NODE_ID: Final = "driver_node_id"
+OWNER: Final = "owner"
+START_TIME: Final = "start_time"  # ISO 8601
+END_TIME: Final = "end_time"
+
+# -- storage (statvfs) ------------------------------------------------------------------------------------------
+PATH: Final = "path"
+TOTAL_BYTES: Final = "total_bytes"
+INODES_TOTAL: Final = "inodes_total"
+INODES_FREE: Final = "inodes_free"
+INODES_AVAIL: Final = "inodes_avail"
+
+# -- metric rules evaluated by a collector, judged by a detector ----------------------------------------------
+RULE: Final = "rule"  # the reason of the rule whose query produced the signal
+RULE_EVALUATED: Final = "rule_evaluated"  # marks the one signal per evaluated rule that says "I ran"
+
+# -- metric names made by Argus's own collectors --------------------------------------------------------------
+STORAGE_FREE_BYTES_METRIC: Final = "storage_free_bytes"
+PLACEMENT_METRIC: Final = "argus_gpu_placement"  # one snapshot of where every job's GPUs are
+JOB_GPUS_METRIC: Final = "argus_job_gpus"  # one sample per job: how many GPUs it holds
