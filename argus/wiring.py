@@ -41,6 +41,7 @@ from collectors.storage import SharedStorageCollector
 from control.jobs import JobController
 from control.local import LocalRunner
 from control.node_manager import NodeManager
+from core.jobfolder import JobFolders
 from core.ports import Collector, Detector
 from core.settings import Settings
 from detectors.disk_space import DiskSpaceDetector
@@ -75,11 +76,12 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: A
             settings.ray_dashboard_url, OffsetStore(offsets / "ray_logs.json"), timeout_s=settings.request_timeout_s
         ),
     ]
-    if (settings.shared_root / "jobs").is_dir():
+    jobs_dir = JobFolders(settings.shared_root).jobs_dir
+    if jobs_dir.is_dir():
         collectors.append(JobLogsCollector(settings.shared_root, OffsetStore(offsets / "job_logs.json")))
         collectors.append(SharedStorageCollector([settings.shared_root], timeout_s=settings.request_timeout_s))
     else:
-        logger.info("no {} folder: job log files on shared storage will not be read", settings.shared_root / "jobs")
+        logger.info("no {} folder: job log files on shared storage will not be read", jobs_dir)
     if settings.prometheus_url:
         client = PrometheusClient(settings.prometheus_url, timeout_s=settings.request_timeout_s)
         collectors.append(PrometheusTargetsCollector(client))

@@ -20,12 +20,13 @@ from loguru import logger
 
 from collectors.dcgm import gpu_subject
 from collectors.prometheus import PrometheusClient
+from core import signal_keys
 from core.errors import InputError
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
 
-# The attribute names detectors.metric_rules reads (detectors may not import collectors, nor the reverse).
-RULE_ATTR = "rule"
-EVALUATED_ATTR = "rule_evaluated"
+# The attribute names detectors.metric_rules reads, spelt once in core.signal_keys.
+RULE_ATTR = signal_keys.RULE
+EVALUATED_ATTR = signal_keys.RULE_EVALUATED
 
 CLUSTER = Subject(kind=SubjectKind.CLUSTER, id="cluster", name="cluster")
 _UUID_LABELS = ("UUID", "uuid")

@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 from loguru import logger
 
+from core import signal_keys
 from core.errors import RuleError
 from core.types import Category, Evidence, Finding, Severity, Signal, SignalKind, fingerprint_of, utcnow
 from detectors import xid as xid_catalog
@@ -44,8 +45,8 @@ from detectors.promql import bracket_problem
 from detectors.rule_files import RuleFile, RuleItem, rule_paths
 
 # Signal attributes written by collectors.metric_rules.MetricRuleCollector.
-RULE_ATTR = "rule"  # the reason of the rule whose query produced the signal
-EVALUATED_ATTR = "rule_evaluated"  # marks the one signal per evaluated rule that says "I ran"
+RULE_ATTR = signal_keys.RULE  # the reason of the rule whose query produced the signal
+EVALUATED_ATTR = signal_keys.RULE_EVALUATED  # marks the one signal per evaluated rule that says "I ran"
 
 _FILE_KEYS = {"group", "rules"}
 _REQUIRED_RULE_KEYS = ("reason", "category", "severity", "expr", "summary")

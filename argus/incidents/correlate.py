@@ -5,8 +5,8 @@ errors, collective timeouts and stack traces of their own. Those are echoes: fil
 cause's incident, not opened as new ones. If an echo was seen first (its incident is already open)
 and the root cause arrives later, the echo's incident is merged into the root cause's.
 
-Which job a finding touches: the job it is about (subject kind job), or the jobs named in its attrs
-(`jobs`: the lost-node detector lists the jobs that had work on the node; `submission_id`).
+Which jobs a finding touches is core.refs's one reading of its subject and attrs (`job_ids`: the job it is
+about, the jobs the lost-node detector lists under `jobs`, `submission_id`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from core.types import Category, Finding, Incident, IncidentState, SubjectKind, utcnow
+from core.refs import refs_of
+from core.types import Category, Finding, Incident, IncidentState, utcnow
 
 ROOT_CAUSES = frozenset(
     {Category.GPU_HARDWARE, Category.NODE_LOST, Category.HOST_OOM, Category.GPU_OOM, Category.DISK_FULL}
@@ -28,26 +29,12 @@ def filing_order(finding: Finding) -> int:
     return 0 if finding.category in ROOT_CAUSES else 1
 
 
-def jobs_of(subject_kind: SubjectKind, subject_id: str, attrs: dict[str, Any]) -> set[str]:
-    jobs: set[str] = set()
-    if subject_kind is SubjectKind.JOB:
-        jobs.add(subject_id)
-    for job in attrs.get("jobs") or []:
-        if isinstance(job, dict):
-            jobs.update(str(v) for k in ("submission_id", "job_id") if (v := job.get(k)))
-        elif isinstance(job, str):
-            jobs.add(job)
-    if isinstance(attrs.get("submission_id"), str):
-        jobs.add(attrs["submission_id"])
-    return jobs
-
-
 def finding_jobs(finding: Finding) -> set[str]:
-    return jobs_of(finding.subject.kind, finding.subject.id, finding.attrs)
+    return set(refs_of(finding).job_ids)
 
 
 def incident_jobs(incident: Incident) -> set[str]:
-    return jobs_of(incident.subject.kind, incident.subject.id, incident.attrs)
+    return set(refs_of(incident).job_ids)
 
 
 class Correlator:

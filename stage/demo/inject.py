@@ -22,7 +22,8 @@ import psutil
 from control import commands
 from control.local import LocalRunner
 from core.errors import ArgusError
-from core.types import Incident, SubjectKind
+from core.refs import refs_of
+from core.types import Incident
 from remediation.actions import RAY_BIN
 from stage.localstack.jobs import JOBS_DIR
 from stage.localstack.trainer import RESUMABLE_TRAINER
@@ -195,17 +196,14 @@ def is_its_incident(incident: Incident, injection: Injection) -> bool:
     """Whether an incident is about this injection's job or node (category aside: the table shows it)."""
     if incident.detected_at.timestamp() < injection.at - 1.0:
         return False
-    if injection.submission_id:
-        sids = {incident.attrs.get("submission_id")}
-        if incident.subject.kind is SubjectKind.JOB:
-            sids.add(incident.subject.id)
-        sids |= {j.get("submission_id") for j in incident.attrs.get("jobs", []) if isinstance(j, dict)}
-        if injection.submission_id in sids:
-            return True
+    refs = refs_of(incident)
+    if injection.submission_id and injection.submission_id in refs.submission_ids:
+        return True
     if injection.gpu_uuid:
         uuid = injection.gpu_uuid
         return uuid in (incident.subject.id, incident.subject.name) or uuid in incident.summary
     if injection.node_ip:
-        names = {incident.subject.name, incident.attrs.get("node_ip"), incident.attrs.get("instance", "").split(":")[0]}
+        instance = incident.attrs.get("instance")  # an Alertmanager alert's scrape target, host:port
+        names = {incident.subject.name, refs.node_ip, instance.split(":")[0] if isinstance(instance, str) else None}
         return injection.node_ip in names or injection.node_ip in incident.summary
     return False

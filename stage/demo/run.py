@@ -30,7 +30,9 @@ from rich.panel import Panel
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from core.errors import ArgusError
+from core.jobfolder import JobFolder, is_submission_id
 from core.logging import setup_logging
+from core.refs import refs_of
 from core.settings import load_settings
 from core.types import ActionState
 from remediation.policy import DEFAULT_POLICY
@@ -286,9 +288,9 @@ class _Stack:
         row.incident = self.store.get_incident(row.incident.id)
         row.actions = self.store.list_actions(row.incident.id)
         row.reports = self.store.reports_for(row.incident.id)
-        sid = row.incident.attrs.get("submission_id") or row.injection.submission_id
-        if sid:
-            path = self.shared / "jobs" / sid / "rca" / f"{row.incident.id}.md"
+        sid = refs_of(row.incident).submission_id or row.injection.submission_id
+        if sid and is_submission_id(sid):
+            path = JobFolder(self.shared, sid).rca / f"{row.incident.id}.md"
             row.report_file = path.relative_to(self.work_dir.parent) if path.exists() else None
         open_steps = [a for a in row.actions if a.state in (ActionState.APPROVED, ActionState.RUNNING)]
         row.done = bool(row.reports) and not open_steps and (bool(row.actions) or row.incident is not None)
