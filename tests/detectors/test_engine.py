@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import RuleError
+from core.literal_gate import native_search_available, required_literals
 from core.types import Category, Severity
 from detectors.engine import (
     MAX_LINE_BYTES,
@@ -20,8 +21,6 @@ from detectors.engine import (
     ScanStats,
     builtin_rule_dir,
     load_rules,
-    native_search_available,
-    required_literals,
 )
 from rca.analyze import iter_lines
 
