@@ -48,8 +48,12 @@ __all__ = [
     "nested_unbounded_repeat",
     "parse_pattern",
     "required_literals",
+    "sre_constants",
     "walk",
 ]
+
+# The op codes of `walk`'s parse trees, for callers that read patterns further (whichever Python names them).
+sre_constants = _sre
 
 # A literal, as (text, ignore_case); a case-insensitive literal is stored lower case.
 Literal = tuple[str, bool]

@@ -15,7 +15,7 @@ How a text is redacted, and why it is fast (about 40 MB/s on a training log, see
   characters, never under IGNORECASE (the key=value pattern reads about 7 MB/s as written, 100+ lowered).
 - Every pattern starts with a literal (`sk-`, `-----BEGIN `, `://`, `password`...). One gate pass finds where
   any of those prefixes starts, stopping only at each prefix's rarest character; each pattern then runs
-  anchored at its starts. One pass per pattern becomes one pass in all (`_Gate`).
+  anchored at its starts. One pass per pattern becomes one pass in all (`_gate`, a core.literal_gate.LiteralGate).
 - No default pattern nests an unbounded repeat inside another, and every stretch a pattern may backtrack over
   is bounded, so hostile input (a 1 MB line of `a=`, endless base64, unclosed quotes) costs linear time.
 
@@ -44,13 +44,15 @@ from typing import Any
 from uuid import UUID
 
 from core.errors import ConfigError, InputError
-
-try:  # the parser `re` itself uses; renamed in 3.11
-    import re._parser as _sre_parse  # type: ignore[import-not-found]
-    from re import _constants as _sre  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _sre  # type: ignore[no-redef]
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
+from core.literal_gate import (
+    CharCosts,
+    LiteralGate,
+    literal_prefixes,
+    nested_unbounded_repeat,
+    parse_pattern,
+    sre_constants,
+    walk,
+)
 
 __all__ = ["DEFAULT_PATTERNS", "MAX_DEPTH", "Redactor"]
 
@@ -260,27 +262,6 @@ class _Rule:
     prefixes: tuple[str, ...]  # every match starts with one of these (lowered); empty: none is known
 
 
-def _walk(parsed: Any) -> Iterable[tuple[Any, Any]]:
-    """Every (op, argument) in a parsed pattern, nested ones included."""
-    for op, av in parsed:
-        yield op, av
-        if op is _sre.BRANCH:
-            for branch in av[1]:
-                yield from _walk(branch)
-        elif op is _sre.SUBPATTERN:
-            yield from _walk(av[3])
-        elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, getattr(_sre, "POSSESSIVE_REPEAT", None)):
-            yield from _walk(av[2])
-        elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
-            yield from _walk(av[1])
-        elif op is getattr(_sre, "ATOMIC_GROUP", None):
-            yield from _walk(av)
-        elif op is _sre.GROUPREF_EXISTS:
-            yield from _walk(av[1])
-            if av[2] is not None:
-                yield from _walk(av[2])
-
-
 def _lowercase_only(parsed: Any) -> bool:
     """Whether a pattern matches the same on the lowered ASCII copy as it does case-insensitively on the text:
     no upper-case or non-ASCII literal, no range that reaches either, no group that turns case back on."""
@@ -288,96 +269,25 @@ def _lowercase_only(parsed: Any) -> bool:
     def fits(code: int) -> bool:
         return code < 128 and not 65 <= code <= 90
 
-    for op, av in _walk(parsed):
-        if op in (_sre.LITERAL, _sre.NOT_LITERAL) and not fits(av):
+    for op, av in walk(parsed):
+        if op in (sre_constants.LITERAL, sre_constants.NOT_LITERAL) and not fits(av):
             return False
-        if op is _sre.SUBPATTERN and av[2] & re.IGNORECASE:
+        if op is sre_constants.SUBPATTERN and av[2] & re.IGNORECASE:
             return False
-        if op is _sre.IN:
+        if op is sre_constants.IN:
             for item_op, item in av:
-                if item_op in (_sre.LITERAL, _sre.NOT_LITERAL) and not fits(item):
+                if item_op in (sre_constants.LITERAL, sre_constants.NOT_LITERAL) and not fits(item):
                     return False
-                if item_op is _sre.RANGE and (item[1] >= 128 or (item[0] <= 90 and item[1] >= 65)):
+                if item_op is sre_constants.RANGE and (item[1] >= 128 or (item[0] <= 90 and item[1] >= 65)):
                     return False
     return True
 
 
-_MAX_PREFIXES = 64
-
-
-def _chars(op: Any, av: Any) -> list[str] | None:
-    """The characters one op matches when it is a literal or a small class of literals and ranges."""
-    if op is _sre.LITERAL:
-        return [chr(av)]
-    if op is _sre.IN:
-        chars: list[str] = []
-        for item_op, item in av:
-            if item_op is _sre.LITERAL:
-                chars.append(chr(item))
-            elif item_op is _sre.RANGE and item[1] - item[0] < 32:
-                chars.extend(chr(code) for code in range(item[0], item[1] + 1))
-            else:
-                return None
-        return chars
-    return None
-
-
-def _prefixes(parsed: Any) -> set[str]:
-    """Literal prefixes: every match of `parsed` starts with one of them ("" when nothing is certain)."""
-    out = {""}
-    for op, av in parsed:
-        chars = _chars(op, av)
-        if chars is not None:
-            if len(out) * len(chars) > _MAX_PREFIXES:
-                return out
-            out = {prefix + char for prefix in out for char in chars}
-            continue
-        if op in (_sre.ASSERT, _sre.ASSERT_NOT) and (op is _sre.ASSERT_NOT or av[0] < 0):
-            continue  # a lookbehind or a negative lookahead consumes nothing and promises no text
-        if op is _sre.BRANCH:
-            tails: set[str] = set().union(*(_prefixes(branch) for branch in av[1]))
-        elif op is _sre.SUBPATTERN:
-            tails = _prefixes(av[3])
-        elif op is _sre.ASSERT:  # a lookahead: the text here starts with its prefix, and nothing is consumed
-            tails = _prefixes(av[1])
-        else:
-            return out
-        if len(out) * len(tails) > _MAX_PREFIXES:
-            return out
-        return {prefix + tail for prefix in out for tail in tails}
-    return out
-
-
 def _gate_prefixes(parsed: Any) -> tuple[str, ...]:
-    found = {prefix.lower() for prefix in _prefixes(parsed)}
+    found = {prefix.lower() for prefix in literal_prefixes(parsed)}
     if "" in found or not all(prefix.isascii() for prefix in found):
         return ()
     return tuple(sorted(found))
-
-
-def _nested_unbounded(parsed: Any, inside: bool = False) -> bool:
-    """Whether an unbounded repeat sits inside another (`(a+)*`): the shape that backtracks exponentially."""
-    for op, av in parsed:
-        if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
-            unbounded = av[1] == _sre.MAXREPEAT
-            if unbounded and inside:
-                return True
-            if _nested_unbounded(av[2], inside or unbounded):
-                return True
-        elif op is _sre.BRANCH:
-            if any(_nested_unbounded(branch, inside) for branch in av[1]):
-                return True
-        elif op is _sre.SUBPATTERN:
-            if _nested_unbounded(av[3], inside):
-                return True
-        elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
-            if _nested_unbounded(av[1], inside):
-                return True
-        elif op is _sre.GROUPREF_EXISTS:
-            if _nested_unbounded(av[1], inside) or (av[2] is not None and _nested_unbounded(av[2], inside)):
-                return True
-        # possessive repeats and atomic groups never backtrack into their body: safe to nest
-    return False
 
 
 def _compile(name: Any, pattern: Any, order: int, *, extra: bool) -> _Rule:
@@ -402,18 +312,18 @@ def _compile(name: Any, pattern: Any, order: int, *, extra: bool) -> _Rule:
                 f"{where} '{name}' matches the empty string: {pattern!r}",
                 hint="a pattern must match at least one character, or every position would be masked",
             )
-        if _nested_unbounded(_sre_parse.parse(pattern)):
+        if nested_unbounded_repeat(pattern):
             raise ConfigError(
                 f"{where} '{name}' nests an unbounded repeat inside another ({pattern!r}), which can take "
                 "exponential time on hostile input",
                 hint="bound the outer repeat ({0,8}) or make the inner one possessive (a++)",
             )
-    parsed = _sre_parse.parse(pattern)
+    parsed = parse_pattern(pattern)
     lowered = False
     if pattern.startswith("(?i)"):
         body = pattern[len("(?i)") :]
         try:
-            lowercase = _lowercase_only(_sre_parse.parse(body))
+            lowercase = _lowercase_only(parse_pattern(body))
         except re.error:  # the body alone can be invalid (a flag that must come first): run it as written
             lowercase = False
         if lowercase:
@@ -455,99 +365,14 @@ _FREQUENCY = {
     ),
     **{" ": 150, ".": 20, ":": 23, "/": 16, "_": 14, "-": 12, "=": 6, '"': 3, "?": 3, "'": 1, "&": 1, "@": 1},
 }
+_COSTS = CharCosts.from_table(_FREQUENCY, default=5)
 
 
-def _frequency(char: str) -> float:
-    return _FREQUENCY.get(char, 5)
-
-
-def _literals(words: Iterable[str]) -> str:
-    """A regex for exactly these literal words, as a trie (few branches for `re` to try)."""
-    words = set(words)
-    if words == {""}:
-        return ""
-    heads: dict[str, set[str]] = {}
-    for word in words:
-        if word:
-            heads.setdefault(word[0], set()).add(word[1:])
-    alternatives = [re.escape(head) + _literals(tails) for head, tails in sorted(heads.items()) if tails != {""}]
-    singles = sorted(head for head, tails in heads.items() if tails == {""})
-    if singles:
-        alternatives.append(re.escape(singles[0]) if len(singles) == 1 else f"[{''.join(map(re.escape, singles))}]")
-    body = alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
-    return f"(?:{body})?" if "" in words else body
-
-
-class _Gate:
-    """One pass that finds where any rule's literal prefix starts, so each rule runs only there.
-
-    Running every pattern over the whole text costs a C scan each (about 1 ms per MB, 30 of them); the gate is
-    one scan of the lowered text that stops only at the rarest character of some prefix and checks the rest
-    around it with lookarounds. Rules then run anchored (`match(text, start)`) at the starts found, in order,
-    never inside their own previous match: exactly what `finditer` would find, since a match can only start
-    where one of its prefixes does.
-    """
-
-    def __init__(self, rules: Iterable[_Rule]) -> None:
-        by_prefix: dict[str, list[int]] = {}
-        for rule in rules:
-            for prefix in rule.prefixes:
-                by_prefix.setdefault(prefix, []).append(rule.order)
-        # Only the shortest prefixes go into the gate ("pass" finds "password" too).
-        triggers = [p for p in sorted(by_prefix) if not any(p != q and p.startswith(q) for q in by_prefix)]
-        # anchor character -> (trigger, anchor offset in it, [(full prefix, rule order)])
-        self.by_anchor: dict[str, list[tuple[str, int, list[tuple[str, int]]]]] = {}
-        # Triggers whose best character is common choose first; the rest prefer an anchor already chosen when
-        # it is not much more common than their own best (one more check at a stop costs less than more stops).
-        for trigger in sorted(triggers, key=lambda t: -min(map(_frequency, t))):
-            offset = min(
-                range(len(trigger)),
-                key=lambda i: (_frequency(trigger[i]) * (0.25 if trigger[i] in self.by_anchor else 1), i),
-            )
-            entries = [(p, order) for p, orders in by_prefix.items() if p.startswith(trigger) for order in orders]
-            self.by_anchor.setdefault(trigger[offset], []).append((trigger, offset, entries))
-        branches = []
-        # The most common anchors first: at a stop, `re` tries the branches in order.
-        for anchor, items in sorted(self.by_anchor.items(), key=lambda item: -_frequency(item[0])):
-            after_by_before: dict[str, list[str]] = {}
-            for trigger, offset, _ in items:
-                after_by_before.setdefault(trigger[:offset], []).append(trigger[offset + 1 :])
-            checks = []
-            for before, afters in sorted(after_by_before.items()):
-                ahead = _literals(afters)
-                checks.append(
-                    (f"(?<={re.escape(before + anchor)})" if before else "") + (f"(?={ahead})" if ahead else "")
-                )
-            tail = "" if "" in checks else checks[0] if len(checks) == 1 else "(?:" + "|".join(checks) + ")"
-            branches.append(re.escape(anchor) + tail)
-        self.regex = re.compile("|".join(branches)) if branches else None
-
-        # At a stop, the triggers that may start there, looked up by the text where each would sit:
-        # anchor -> [(offset of the anchor, trigger length, {trigger: [(full prefix, rule order)]})]
-        self.lookup: dict[str, list[tuple[int, int, dict[str, list[tuple[str, int]]]]]] = {}
-        for anchor, items in self.by_anchor.items():
-            groups: dict[tuple[int, int], dict[str, list[tuple[str, int]]]] = {}
-            for trigger, offset, entries in items:
-                groups.setdefault((offset, len(trigger)), {})[trigger] = entries
-            self.lookup[anchor] = [(offset, length, group) for (offset, length), group in groups.items()]
-
-    def starts(self, low: str) -> list[tuple[int, int]]:
-        """(start, rule order) for every place a rule's prefix starts, sorted."""
-        if self.regex is None:
-            return []
-        found: set[tuple[int, int]] = set()
-        lookup = self.lookup
-        startswith = low.startswith
-        for match in self.regex.finditer(low):
-            at = match.start()
-            for offset, length, group in lookup[low[at]]:
-                start = at - offset
-                entries = group.get(low[start : start + length]) if start >= 0 else None
-                if entries:
-                    for prefix, order in entries:
-                        if len(prefix) == length or startswith(prefix, start):
-                            found.add((start, order))
-        return sorted(found)
+def _gate(rules: tuple[_Rule, ...]) -> LiteralGate:
+    """One pass over the lowered text that finds where any rule's literal prefix starts, so each rule runs only
+    there (anchored, `match(text, start)`), never inside its own previous match: exactly what `finditer` would
+    find, since a match can only start where one of its prefixes does. `rules[i].order == i`."""
+    return LiteralGate([{(prefix, False) for prefix in rule.prefixes} for rule in rules], _COSTS)
 
 
 def _spans(rule: _Rule, match: re.Match[str], found: list[tuple[int, int, int, str]]) -> None:
@@ -560,7 +385,7 @@ def _spans(rule: _Rule, match: re.Match[str], found: list[tuple[int, int, int, s
         found.append((match.start(), match.end(), rule.order, rule.name))
 
 
-def _find(rules: tuple[_Rule, ...], gate: _Gate, text: str, low: str) -> list[tuple[int, int, int, str]]:
+def _find(rules: tuple[_Rule, ...], gate: LiteralGate, text: str, low: str) -> list[tuple[int, int, int, str]]:
     """(start, end, order, kind) of every non-empty part to mask. `rules[i].order == i`."""
     found: list[tuple[int, int, int, str]] = []
     resume: dict[int, int] = {}
@@ -625,7 +450,7 @@ class Redactor:
             name, pattern = _name_and_pattern(item)
             rules.append(_compile(name, pattern, len(rules), extra=True))
         self._rules = tuple(rules)
-        self._gate = _Gate(self._rules)
+        self._gate = _gate(self._rules)
         self._mask_ips = mask_ips
         self._mask_users = mask_users
         self._user_rule = self._compile_users(list(users), mask_users)

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from core.errors import ConfigError, InputError
-from rca.redact import DEFAULT_PATTERNS, MAX_DEPTH, Redactor, _find, _lower_ascii, _nested_unbounded, _sre_parse
+from core.literal_gate import nested_unbounded_repeat
+from rca.redact import DEFAULT_PATTERNS, MAX_DEPTH, Redactor, _find, _lower_ascii
 
 TESTS = Path(__file__).resolve().parents[1]
 ALNUM = string.ascii_letters + string.digits
@@ -498,7 +499,7 @@ def test_every_default_pattern_is_gated_lowered_where_asked_and_cannot_backtrack
     for rule, (name, pattern) in zip(redactor._rules, DEFAULT_PATTERNS, strict=True):
         assert rule.prefixes, f"{name} has no literal prefix: it would need a pass of its own"
         assert rule.lowered == pattern.startswith("(?i)"), f"{name} is (?i) but not lower case"
-        assert not _nested_unbounded(_sre_parse.parse(pattern)), name
+        assert not nested_unbounded_repeat(pattern), name
 
 
 # --- hostile input ---------------------------------------------------------------------------------------
