@@ -21,7 +21,8 @@ import pytest
 
 from core.errors import ConfigError, InputError
 from core.literal_gate import nested_unbounded_repeat
-from rca.redact import DEFAULT_PATTERNS, MAX_DEPTH, Redactor, _find, _lower_ascii
+from rca.redact import DEFAULT_PATTERNS, MAX_DEPTH, Redactor
+from rca.redact_scan import find_spans, lower_ascii
 
 TESTS = Path(__file__).resolve().parents[1]
 ALNUM = string.ascii_letters + string.digits
@@ -440,7 +441,7 @@ def test_every_real_log_fixture_stays_byte_identical(redactor: Redactor) -> None
 def test_every_default_pattern_has_a_positive_case(redactor: Redactor) -> None:
     lines = [case[1] for case in POSITIVES]
     for rule in redactor._rules:
-        assert any(rule.regex.search(_lower_ascii(line) if rule.lowered else line) for line in lines), rule.name
+        assert any(rule.regex.search(lower_ascii(line) if rule.lowered else line) for line in lines), rule.name
 
 
 def test_masking_keeps_the_rest_of_a_multiline_text(redactor: Redactor) -> None:
@@ -474,7 +475,7 @@ def test_unchanged_text_is_returned_as_is(redactor: Redactor) -> None:
 
 
 def _brute_force(redactor: Redactor, text: str) -> list[tuple[int, int, int, str]]:
-    low = _lower_ascii(text)
+    low = lower_ascii(text)
     found = []
     for rule in redactor._rules:
         for match in rule.regex.finditer(low if rule.lowered else text):
@@ -491,7 +492,9 @@ def test_gate_finds_exactly_what_running_every_pattern_finds() -> None:
     rng = random.Random(3)
     for _ in range(200):  # shuffled pieces, so prefixes land in odd neighbours
         text = " ".join(rng.sample(lines, 6)) + " TICKET-12345 emp123456 " + "".join(rng.sample(lines, 3))
-        assert sorted(_find(redactor._rules, redactor._gate, text, _lower_ascii(text))) == _brute_force(redactor, text)
+        assert sorted(find_spans(redactor._rules, redactor._gate, text, lower_ascii(text))) == _brute_force(
+            redactor, text
+        )
 
 
 def test_every_default_pattern_is_gated_lowered_where_asked_and_cannot_backtrack_exponentially() -> None:
