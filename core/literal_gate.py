@@ -19,7 +19,9 @@ so what an atomic group `(?>...)` or a possessive repeat `a++` (Python 3.11) mea
 their bodies are never re-entered by backtracking from outside, so an unbounded repeat around them is safe
 and their literals are required like any other; repeats nested inside their body are still checked.
 
-Imports nothing of ours: detectors and rca both build on it.
+One module (past 400 lines) because it is one concept: what a pattern's parse promises (its literals, its
+backtracking) and the gate built on those promises are read by the same walk of the parse tree, and keeping
+them together is what keeps the two users from drifting apart again. Imports nothing of ours.
 """
 
 from __future__ import annotations
