@@ -35,7 +35,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from detectors.engine import RuleSet, ScanStats, load_rules, native_search_available  # noqa: E402
+from core.literal_gate import native_search_available  # noqa: E402
+from detectors.engine import RuleSet, ScanStats, load_rules  # noqa: E402
 from rca.analyze import iter_lines  # noqa: E402
 
 try:

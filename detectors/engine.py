@@ -20,20 +20,14 @@ from loguru import logger
 
 from core.errors import RuleError
 from core.limits import MAX_LINE_BYTES, MAX_LINE_CHARS
+from core.literal_gate import (
+    CharCosts,
+    LiteralGate,
+    nested_unbounded_repeat,
+    required_literals,
+)
 from core.types import Category, Severity
 from detectors.rule_files import RuleFile, RuleItem, rule_paths
-
-try:  # the regex parser moved in 3.11; the old name still works but warns there
-    import re._parser as _sre_parse  # type: ignore[import-not-found]
-    from re import _constants as _sre_constants  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _sre_constants
-    import sre_parse as _sre_parse
-
-try:  # optional: a C multi-literal search (SIMD) for the gate; without it the gate regex walks every byte
-    import hyperscan as _hs
-except (ImportError, OSError):  # pragma: no cover - depends on the install
-    _hs = None
 
 STREAM_BLOCK_BYTES = 4 * 1024 * 1024
 
@@ -112,7 +106,7 @@ class RuleSet:
                 )
             seen[rule.reason] = rule
         self.rules: tuple[LogRule, ...] = tuple(rules)
-        self._line_gate = _Gate(self.rules, _DEFAULT_SAMPLE)
+        self._line_gate = _rule_gate(self.rules, _DEFAULT_SAMPLE)
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -138,9 +132,9 @@ class RuleSet:
         """Every rule whose pattern is found in the line, in rule order."""
         text, _ = clip_line(text)
         gate = self._line_gate
-        if gate.ungated or gate.text is None:
+        if gate.ungated or not gate.gated:
             return [r for r in self.rules if r.regex.search(text)]
-        return [r for r in _candidates(gate, text, gate.text) if r.regex.search(text)]
+        return [rule for rule in self._candidates(gate, text) if rule.regex.search(text)]
 
     def scan(self, lines: Iterable[str], source: str, start_line: int = 1) -> Iterator[RuleMatch]:
         """Match every line; `source` names where the lines came from (a path, a stream) in the matches."""
@@ -169,7 +163,7 @@ class RuleSet:
         block size.
         """
         stats = stats if stats is not None else ScanStats()
-        gate: _Gate | None = None
+        gate: LiteralGate | None = None
         pending = b""
         dropping = False  # inside a line already cut at MAX_LINE_BYTES: skip to its end
         while True:
@@ -185,7 +179,7 @@ class RuleSet:
                     continue
                 chunk, dropping = chunk[newline + 1 :], False
             if gate is None:
-                gate = _Gate(self.rules, chunk[:_SAMPLE_BYTES], native=native)
+                gate = _rule_gate(self.rules, chunk[:_SAMPLE_BYTES], native=native)
             data = pending + chunk
             end = data.rfind(b"\n")
             if end >= 0:
@@ -197,14 +191,14 @@ class RuleSet:
                 yield from self._scan_block(gate, pending[:MAX_LINE_BYTES] + b"\n", stats, source)
                 pending, dropping = b"", True
         if pending:
-            gate = gate or _Gate(self.rules, pending[:_SAMPLE_BYTES], native=native)
+            gate = gate or _rule_gate(self.rules, pending[:_SAMPLE_BYTES], native=native)
             yield from self._scan_block(gate, pending + b"\n", stats, source)
 
-    def _scan_block(self, gate: _Gate, block: bytes, stats: ScanStats, source: str) -> Iterator[RuleMatch]:
+    def _scan_block(self, gate: LiteralGate, block: bytes, stats: ScanStats, source: str) -> Iterator[RuleMatch]:
         """Match the complete lines of `block` (it ends with a newline); line numbers go on from `stats`."""
         first = stats.lines + 1
         stats.lines += block.count(b"\n")
-        if gate.ungated or gate.raw is None:
+        if gate.ungated or not gate.gated:
             for offset, raw in enumerate(block[:-1].split(b"\n")):
                 yield from self._match_raw(raw, first + offset, source, self.rules)
             return
@@ -213,9 +207,13 @@ class RuleSet:
             line_no += block.count(b"\n", counted, start)
             counted = start
             line = block[start:end]
-            candidates = _candidates(gate, line, gate.raw, first_hit=first_hit)
+            candidates = self._candidates(gate, line, first_hit)
             if candidates:
                 yield from self._match_raw(line, line_no, source, candidates)
+
+    def _candidates(self, gate: LiteralGate, line: str | bytes, first_hit: int = 0) -> list[LogRule]:
+        """The rules whose gate literal occurs in the line (str or bytes), in rule order."""
+        return [self.rules[index] for index in gate.patterns_in(line, first_hit)]
 
     @staticmethod
     def _match_raw(raw: bytes, line_no: int, source: str, rules: Sequence[LogRule]) -> Iterator[RuleMatch]:
@@ -271,11 +269,11 @@ def _build_rule(path: Path, node: yaml.Node, item: Any, file_sources: tuple[str,
         raise fail("pattern", f"bad regex: {exc}", "fix the pattern; it is a Python `re` expression") from exc
     if regex.search("") is not None:
         raise fail("pattern", "pattern matches the empty string, so it would match every line", "make it specific")
-    danger = _nested_repeat(pattern)
-    if danger:
+    if nested_unbounded_repeat(pattern):
         raise fail(
             "pattern",
-            f"pattern nests unbounded repeats ({danger}), which can take exponential time on hostile lines",
+            "pattern nests unbounded repeats (a repeat inside a repeat), which can take exponential time on "
+            "hostile lines",
             "bound the inner repeat, e.g. [^ ]{1,64}, or drop the outer one",
         )
 
@@ -316,12 +314,8 @@ def _sources(path: Path, line: int, value: Any) -> tuple[str, ...]:
     return tuple(v.strip() for v in values)
 
 
-_REPEATS = {_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT}
-
-
 # --- fast scanning: a literal gate in front of the rules ------------------------------------------
 
-_MIN_ANCHOR = 3
 _SAMPLE_BYTES = 256 * 1024
 _ROTATIONS_TRIED = 4
 # Byte counts for gates built without a stream to sample (RuleSet.match on single lines): typical
@@ -336,304 +330,29 @@ _DEFAULT_SAMPLE = (
 )
 
 
+def _rule_gate(rules: Sequence[LogRule], sample: bytes, *, native: bool = False) -> LiteralGate:
+    """The literal gate for these rules: each rule brings the set of its required literals that costs least
+    on `sample` (the first bytes of the stream, or typical log text). A rule without a literal of three
+    characters or more, or only with ones that fold non-ASCII letters, is ungated. With `native`, hyperscan
+    finds the candidate lines when it is installed; either way the rules' own regexes decide."""
+    costs = CharCosts.from_sample(sample)
+    literals: list[set[tuple[str, bool]]] = []
+    for rule in rules:
+        options = [
+            option
+            for option in required_literals(rule.pattern, costs.literal_set)
+            if all(text.isascii() or not icase for text, icase in option)
+        ]
+        literals.append(min(options, key=costs.literal_set) if options else set())
+    return LiteralGate(literals, costs, native=native)
+
+
 @dataclass
 class ScanStats:
     """What a stream scan read: lines (a last line without a newline counts) and bytes."""
 
     lines: int = 0
     bytes: int = 0
-
-
-def required_literals(pattern: str, cost: Any = None) -> list[set[tuple[str, bool]]]:
-    """Candidate sets of literals, as (text, ignore_case): every match of `pattern` contains at least one
-    literal of each set. Empty when the pattern has no literal of three characters or more. With `cost`
-    (a literal set -> number), alternatives contribute their cheapest literals, otherwise their longest."""
-    try:
-        parsed = _sre_parse.parse(pattern)
-    except Exception:  # noqa: BLE001 - re.compile already accepted it
-        return []
-    return _literal_options(list(parsed), bool(parsed.state.flags & re.IGNORECASE), cost)
-
-
-def _literal_options(items: list, icase: bool, cost: Any = None) -> list[set[tuple[str, bool]]]:
-    options: list[set[tuple[str, bool]]] = []
-    run: list[str] = []
-
-    def flush() -> None:
-        if len(run) >= _MIN_ANCHOR:
-            options.append({("".join(run), icase)})
-        run.clear()
-
-    for op, av in items:
-        if op is _sre_constants.LITERAL:
-            run.append(chr(av))
-            continue
-        flush()
-        if op is _sre_constants.SUBPATTERN:
-            add, delete, body = av[1], av[2], av[3]
-            sub = (icase or bool(add & re.IGNORECASE)) and not bool(delete & re.IGNORECASE)
-            options.extend(_literal_options(list(body), sub, cost))
-        elif op is _sre_constants.BRANCH:
-            alternatives = [_literal_options(list(b), icase, cost) for b in av[1]]
-            if all(alternatives):
-                merged: set[tuple[str, bool]] = set()
-                for alt in alternatives:
-                    if cost is None:
-                        merged |= max(alt, key=lambda s: min(len(t) for t, _ in s))
-                    else:
-                        merged |= min(alt, key=cost)
-                options.append(merged)
-        elif op in _REPEATS and av[0] >= 1:
-            options.extend(_literal_options(list(av[2]), icase, cost))
-    flush()
-    return options
-
-
-class _Gate:
-    """One regex that finds, cheaply, every line a gated rule could match, and which rules to try there.
-
-    Each rule contributes one set of its required literals. Each literal is cut to start where the text
-    sampled from the stream makes it cheapest (a rare first byte, so the regex engine's first-character
-    skip loop seldom stops, and a suffix that seldom occurs, so few stops are false); the literals form a
-    trie, so a stop costs one branch, not one per rule. Case-insensitive literals are spelled with [aA]
-    classes after their first character: an inline (?i) group, or a class at the start of an
-    alternative, disables the skip loop. Rules with no usable literal are `ungated`: tried on every line.
-    With `native`, hyperscan finds the lines that hold a literal when it is installed (see `lines`).
-    """
-
-    def __init__(self, rules: Sequence[LogRule], sample: bytes, *, native: bool = False) -> None:
-        costs = _Sample(sample)
-        ungated: list[LogRule] = []
-        self._words: list[tuple[int, set[tuple[str, bool]]]] = []
-        for index, rule in enumerate(rules):
-            options = [
-                o for o in required_literals(rule.pattern, costs.set_cost) if all(t.isascii() or not i for t, i in o)
-            ]
-            if not options:
-                ungated.append(rule)
-                continue
-            chosen = min(options, key=costs.set_cost)
-            self._words.append((index, {costs.rotate(t, i)[1] for t, i in chosen}))
-        self.ungated = tuple(ungated)
-        self._rules = tuple(rules)
-        self._for_hit: dict[str, tuple[LogRule, ...]] = {}
-        words = {w for _, ws in self._words for w in ws}
-        pattern = _trie(words)
-        self.text = re.compile(pattern) if words else None
-        self.raw = re.compile(pattern.encode("utf-8")) if words else None
-        self._native = _NativeLiterals.build(words) if native and words and not ungated else None
-
-    def lines(self, block: bytes) -> Iterator[tuple[int, int, int]]:
-        """(start, end, offset of the first hit) of every line of `block` that holds a gate literal, in
-        order; `block` ends with a newline. The offset is 0 where only the line is known."""
-        if self._native is not None:
-            yield from self._native.lines(block)
-            return
-        assert self.raw is not None
-        pos, search = 0, self.raw.search
-        while (hit := search(block, pos)) is not None:
-            start = block.rfind(b"\n", 0, hit.start()) + 1
-            end = block.find(b"\n", hit.start())
-            yield start, end, hit.start() - start
-            pos = end + 1
-
-    def rules_for(self, hit: str) -> tuple[LogRule, ...]:
-        """The rules that a gate hit (the matched text) may belong to, in rule order.
-
-        Every literal found where the hit starts is a prefix of the text there, so it is a prefix of the
-        hit or the hit is a prefix of it (the trie stops at the shortest); case-insensitive literals are
-        compared case-folded."""
-        found = self._for_hit.get(hit)
-        if found is None:
-            low = hit.lower()
-
-            def related(word: str, icase: bool) -> bool:
-                text = low if icase else hit
-                return word.startswith(text) or text.startswith(word)
-
-            found = tuple(self._rules[i] for i, words in self._words if any(related(w, c) for w, c in words))
-            self._for_hit[hit] = found
-        return found
-
-
-class _NativeLiterals:
-    """The gate's literals found by hyperscan, which scans a block in C at gigabytes a second where the
-    gate regex's skip loop stops at every byte that could start a literal. It only says which lines hold
-    a literal; the gate regex still picks the rules for each of them, so the matches cannot change."""
-
-    def __init__(self, words: set[tuple[str, bool]]) -> None:
-        assert _hs is not None
-        ordered = sorted(words)
-        # every byte spelled \xHH: the literal means exactly its bytes, whatever hyperscan's syntax
-        expressions = ["".join(f"\\x{b:02x}" for b in text.encode("utf-8")).encode("ascii") for text, _ in ordered]
-        # CASELESS folds ASCII letters only, like the gate's [aA] classes (non-ASCII icase literals are
-        # never in the gate)
-        flags = [_hs.HS_FLAG_CASELESS if icase else 0 for _, icase in ordered]
-        self._db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
-        self._db.compile(expressions=expressions, ids=list(range(len(ordered))), flags=flags)
-
-    @classmethod
-    def build(cls, words: set[tuple[str, bool]]) -> _NativeLiterals | None:
-        """The native search for `words`, or None (the gate regex does the work) if hyperscan is not
-        installed or cannot run here."""
-        if _hs is None:
-            return None
-        try:
-            return cls(words)
-        except _hs.error as exc:  # e.g. a CPU without the instructions it needs
-            logger.debug("hyperscan cannot compile the log gate ({}); using the regex gate", exc)
-            return None
-
-    def lines(self, block: bytes) -> Iterator[tuple[int, int, int]]:
-        ends: list[int] = []
-        # hyperscan reports where each hit ends; the hit's last byte lies in the line to report
-        self._db.scan(block, match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(end))
-        ends.sort()
-        line_end = -1
-        for hit_end in ends:
-            if hit_end <= line_end:
-                continue
-            start = block.rfind(b"\n", 0, hit_end - 1) + 1
-            line_end = block.find(b"\n", hit_end - 1)
-            yield start, line_end, 0
-
-
-def native_search_available() -> bool:
-    """Whether stream scans can find gate literals with hyperscan (installed and working here)."""
-    return _NativeLiterals.build({("probe", False)}) is not None
-
-
-def _candidates(gate: _Gate, line: Any, regex: re.Pattern, first_hit: int = 0) -> tuple[LogRule, ...]:
-    """The rules to try on a line: those of every gate hit in it, overlapping hits included (a literal
-    that starts inside another's hit must not be missed). Works on str or bytes lines."""
-    found: set[LogRule] = set()
-    pos = first_hit
-    while True:
-        hit = regex.search(line, pos)
-        if hit is None:
-            break
-        text = hit.group(0)
-        found.update(gate.rules_for(text if isinstance(text, str) else text.decode("utf-8", errors="replace")))
-        pos = hit.start() + 1
-    return tuple(r for r in gate._rules if r in found)
-
-
-# A false stop of the gate costs a few rule searches; a stop of the skip loop costs one branch.
-_FALSE_HIT_WEIGHT = 50
-
-
-class _Sample:
-    """Costs of gate literals, measured on a sample of the text to scan.
-
-    A literal is searched from its cheapest start: each stop of the skip loop (its first byte) costs 1,
-    each false hit (its suffix occurring where no rule matches) costs _FALSE_HIT_WEIGHT.
-    """
-
-    def __init__(self, sample: bytes) -> None:
-        self.counts = [1] * 256
-        for byte in sample:
-            self.counts[byte] += 1
-        self.sample, self.folded = sample, sample.lower()
-        self._memo: dict[tuple[str, bool], tuple[int, tuple[str, bool]]] = {}
-
-    def first_byte(self, ch: str, icase: bool) -> int:
-        if icase and ch.isascii() and ch.isalpha():
-            return self.counts[ord(ch.lower())] + self.counts[ord(ch.upper())]
-        return self.counts[ch.encode("utf-8")[0]]
-
-    def rotate(self, text: str, icase: bool) -> tuple[int, tuple[str, bool]]:
-        """(cost, (suffix, icase)) for the cheapest suffix of at least _MIN_ANCHOR characters."""
-        key = (text, icase)
-        if key not in self._memo:
-            text = text.lower() if icase else text
-            haystack = self.folded if icase else self.sample
-            # counting a suffix in the sample is the expensive part: only for the rarest first bytes
-            starts = sorted(range(len(text) - _MIN_ANCHOR + 1), key=lambda i: (self.first_byte(text[i], icase), i))
-            best = min(
-                (
-                    self.first_byte(text[i], icase) + _FALSE_HIT_WEIGHT * haystack.count(text[i:].encode("utf-8")),
-                    i,
-                )
-                for i in starts[:_ROTATIONS_TRIED]
-            )
-            self._memo[key] = (best[0], (text[best[1] :], icase))
-        return self._memo[key]
-
-    def set_cost(self, option: set[tuple[str, bool]]) -> int:
-        return sum(self.rotate(text, icase)[0] for text, icase in option)
-
-
-def _trie(words: set[tuple[str, bool]]) -> str:
-    root: dict = {}
-    for text, icase in words:
-        fold = icase and text[0].isascii() and text[0].isalpha()
-        # the first character is spelled out as two literals, never a class: the skip loop only works
-        # when every top-level alternative starts with a literal
-        for first in {text[0].upper(), text[0].lower()} if fold else {text[0]}:
-            node = root.setdefault((first, False), {})
-            for ch in text[1:]:
-                node = node.setdefault((ch, icase and ch.isascii() and ch.isalpha()), {})
-            node[None] = {}
-
-    def atom(key: tuple[str, bool]) -> str:
-        ch, fold = key
-        return f"[{ch.upper()}{ch.lower()}]" if fold else re.escape(ch)
-
-    def emit(node: dict) -> str:
-        if None in node:  # a shorter literal ends here: finding it is enough
-            return ""
-        alts = [atom(k) + emit(node[k]) for k in sorted(node)]
-        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-
-    return emit(root)
-
-
-def _nested_repeat(pattern: str) -> str | None:
-    """Name the first unbounded repeat that holds another unbounded repeat, the classic `(a+)+` trap.
-
-    Python's `re` backtracks, so such a rule could hang the scanner on one crafted line. Alternations
-    under a repeat (`(a|a)*`) can also blow up; rule authors keep those out by review.
-    """
-    try:
-        parsed = _sre_parse.parse(pattern)
-    except Exception:  # noqa: BLE001 - re.compile already accepted it; this check is best effort
-        return None
-
-    def unbounded(op: Any, av: Any) -> bool:
-        return op in _REPEATS and av[1] == _sre_constants.MAXREPEAT
-
-    def walk(items: Any, inside: bool) -> str | None:
-        for op, av in items:
-            if unbounded(op, av):
-                if inside:
-                    return "a repeat inside a repeat"
-                found = walk(av[2], True)
-                if found:
-                    return found
-                continue
-            for sub in _children(op, av):
-                found = walk(sub, inside)
-                if found:
-                    return found
-        return None
-
-    return walk(parsed, False)
-
-
-def _children(op: Any, av: Any) -> list[Any]:
-    if op in _REPEATS:
-        return [av[2]]
-    if op is _sre_constants.SUBPATTERN:
-        return [av[-1]]
-    if op is _sre_constants.BRANCH:
-        return list(av[1])
-    if op in (_sre_constants.ASSERT, _sre_constants.ASSERT_NOT):
-        return [av[1]]
-    if op is _sre_constants.GROUPREF_EXISTS:
-        return [x for x in av[1:] if x is not None]
-    if hasattr(_sre_constants, "ATOMIC_GROUP") and op is _sre_constants.ATOMIC_GROUP:
-        return [av]
-    return []
 
 
 # Permanent matches at or above this priority are root causes; below it, echoes of one (NCCL errors and

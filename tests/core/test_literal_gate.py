@@ -1,0 +1,308 @@
+"""The literal gate shared by the log-rule engine (which rules may match a line) and redaction (where each
+pattern may start): what it extracts from a pattern, that it never changes what the patterns find, and that
+it stays linear on hostile input."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import re
+import string
+import time
+from pathlib import Path
+
+import pytest
+
+from core.errors import ConfigError, RuleError
+from core.literal_gate import (
+    CharCosts,
+    LiteralGate,
+    literal_prefixes,
+    native_search_available,
+    nested_unbounded_repeat,
+    parse_pattern,
+    required_literals,
+)
+from detectors.engine import RuleSet, load_rule_file, load_rules
+from rca.redact import DEFAULT_PATTERNS, Redactor
+from rca.redact_scan import find_spans, lower_ascii
+
+ATOMIC = pytest.mark.skipif(not hasattr(re, "NOFLAG"), reason="atomic groups and possessive repeats need 3.11")
+
+# --- atomic groups and possessive repeats, decided once (the engine and redaction used to disagree) -------
+
+
+@ATOMIC
+@pytest.mark.parametrize(
+    ("pattern", "nested"),
+    [
+        (r"(a+)+x", True),  # the classic trap
+        (r"(?:\w+\s?)*x", True),
+        (r"(?:a{1,8})+x", False),  # a bounded inner repeat backtracks a bounded amount
+        # an atomic group is never re-entered from outside: the old engine refused these, wrongly
+        (r"(?>a+)+x", False),
+        (r"(a++)+x", False),
+        (r"(?:a+)++x", False),
+        # but what is inside it backtracks as usual: the old redaction check never looked inside, wrongly
+        (r"(?>(a+)+x)", True),
+        (r"(?:(a+)+x)++", True),
+        (r"(?=(a+)+x)", True),
+    ],
+)
+def test_nested_unbounded_repeat_reads_atomic_groups_and_possessive_repeats(pattern: str, nested: bool) -> None:
+    assert nested_unbounded_repeat(pattern) is nested
+
+
+@ATOMIC
+def test_an_unbounded_repeat_around_an_atomic_group_is_linear_and_inside_one_is_not() -> None:
+    # what the decision rests on, measured: `re` takes exponential time on the nested shape only
+    def seconds(pattern: str, n: int) -> float:
+        start = time.perf_counter()
+        re.search(pattern, "a" * n + "b")
+        return time.perf_counter() - start
+
+    assert seconds(r"(?>a+)+x", 2000) < 1.0
+    assert seconds(r"(a++)+x", 2000) < 1.0
+    small, large = seconds(r"(?>(a+)+x)", 14), seconds(r"(?>(a+)+x)", 20)
+    assert large > 8 * small  # 2**6 more steps: exponential
+
+
+@ATOMIC
+def test_engine_and_redaction_accept_and_refuse_the_same_patterns(tmp_path: Path) -> None:
+    for pattern, refused in [(r"(?>a+)+x", False), (r"(?>(a+)+x)", True), (r"abc(?:a++)+x", False)]:
+        path = tmp_path / "r.yaml"
+        path.write_text(
+            f"source: x\nrules:\n  - {{reason: R, category: unknown, type: temporary, pattern: '{pattern}'}}\n"
+        )
+        if refused:
+            with pytest.raises(RuleError, match="nests unbounded repeats"):
+                load_rule_file(path)
+            with pytest.raises(ConfigError, match="nests an unbounded repeat"):
+                Redactor(extra_patterns=[("mine", pattern)])
+        else:
+            assert load_rule_file(path)
+            text = "zz abcaaax zz"
+            masked = re.sub(pattern, "[REDACTED:mine]", text)
+            assert masked != text and Redactor(extra_patterns=[("mine", pattern)]).redact(text) == masked
+
+
+@ATOMIC
+def test_literals_inside_atomic_groups_and_possessive_repeats_are_required() -> None:
+    assert required_literals(r"(?>hello|world)\d") == [{("hello", False), ("world", False)}]
+    assert required_literals(r"(?>xhello)") == [{("xhello", False)}]
+    assert required_literals(r"(?:world)++") == [{("world", False)}]
+    assert required_literals(r"(?:world)*+") == []  # may repeat zero times
+    assert literal_prefixes(parse_pattern(r"x(?>ab|cd)e")) == {"xab", "xcd"}  # up to the first group
+    assert literal_prefixes(parse_pattern(r"ab(?:c)++")) == {"ab"}
+
+
+def test_required_literals_fold_case_and_skip_short_runs() -> None:
+    assert required_literals(r"(?i)NVLink (?:down|error)") == [{("nvlink ", True)}, {("down", True), ("error", True)}]
+    assert required_literals(r"ab\d+cd") == []
+    assert required_literals(r"disk (?i:quota) x") == [{("disk ", False)}, {("quota", True)}]
+
+
+# --- the gate itself -----------------------------------------------------------------------------------
+
+WORDS = [
+    {("password", False), ("passwd", False)},
+    {("pass", False)},  # a prefix of the one above: the gate finds "pass", checks "password" there
+    {("nvlink", True)},
+    {("Speicher", False)},  # non-ASCII neighbours, case-sensitive
+    {("ätsch", False)},
+    set(),  # ungated
+    {("x-y", False), ("://", False)},
+]
+
+
+def brute_starts(literals: list, text: str) -> list[tuple[int, int]]:
+    """Every start of every literal, found by `re` (folding ASCII letters only, like the gate)."""
+    found = set()
+    for index, words in enumerate(literals):
+        for word, icase in words:
+            flags = re.IGNORECASE | re.ASCII if icase else 0
+            found.update((m.start(), index) for m in re.finditer(f"(?={re.escape(word)})", text, flags))
+    return sorted(found)
+
+
+def test_starts_are_exactly_where_the_literals_start_in_str_and_bytes() -> None:
+    gate = LiteralGate(WORDS)
+    assert gate.ungated == (5,)
+    text = "a passwd, PASSWORD, nvLINK and NVLINK://x-y; Speicher ätsch SPEICHER x-y://"
+    assert gate.starts(text) == brute_starts(WORDS, text)
+    raw = text.encode("utf-8")
+    # bytes offsets: the same starts, counted in bytes
+    char_at = {len(text[:i].encode("utf-8")): i for i in range(len(text) + 1)}
+    assert [(char_at[b], index) for b, index in gate.starts(raw)] == gate.starts(text)
+    assert gate.patterns_in(text) == gate.patterns_in(raw) == (0, 1, 2, 3, 4, 6)
+    assert gate.patterns_in("nothing here") == ()
+
+
+def test_gate_without_literals_finds_nothing() -> None:
+    gate = LiteralGate([set(), set()])
+    assert not gate.gated and gate.ungated == (0, 1)
+    assert gate.starts("anything") == [] and list(gate.lines(b"a\nb\n")) == []
+
+
+def test_the_cost_model_anchors_literals_on_their_rarest_character() -> None:
+    # every top-level branch starts with a literal character, so `re` skips ahead in C between stops
+    sample = b"aaaa bbbb cccc zzz " * 100
+    gate = LiteralGate([{("abcz", False)}, {("nvlink", True)}], CharCosts.from_sample(sample))
+    pattern = gate.regex.pattern
+    assert pattern.startswith(("z", "k", "K", "v", "V", "i", "I", "l", "L", "n", "N"))
+    assert "(?<=abc)z" in pattern or "z(?<=abcz)" in pattern
+    table = CharCosts.from_table({"a": 50, "q": 1}, default=5)
+    assert table.char("q") == 1 and table.char("Q", icase=True) == 1 + 5
+    assert LiteralGate([{("aqa", False)}], table).regex.pattern.startswith("q")
+
+
+def test_every_case_variant_of_a_folded_literal_is_found() -> None:
+    gate = LiteralGate([{("oom", True)}])
+    for variant in ("oom", "OOM", "oOm", "Oom"):
+        assert gate.patterns_in(f"x {variant} y") == (0,), variant
+        assert gate.patterns_in(f"x {variant} y".encode()) == (0,), variant
+    with pytest.raises(ValueError, match="folds non-ASCII"):
+        LiteralGate([{("ätsch", True)}])
+
+
+@pytest.mark.skipif(not native_search_available(), reason="hyperscan cannot run here")
+def test_hyperscan_and_the_gate_regex_find_the_same_lines() -> None:
+    rng = random.Random(5)
+    literals = [{("nvlink", True)}, {("Speicher", False)}, {("abc", False), ("xyz", False)}]
+    native, regex = LiteralGate(literals, native=True), LiteralGate(literals)
+    pieces = ["NVLink", "nvlin", "Speicher", "speicher", "ab", "c", "xyz", "\xff", " ", "\n", "é"]
+    for _ in range(50):
+        block = "".join(rng.choice(pieces) for _ in range(200)).encode("utf-8", "surrogateescape") + b"\n"
+        lines = [(s, e) for s, e, _ in native.lines(block)]
+        assert lines == [(s, e) for s, e, _ in regex.lines(block)]
+        assert lines == [(s, e) for s, e in _line_spans(block) if regex.patterns_in(block[s:e])]
+
+
+def _line_spans(block: bytes) -> list[tuple[int, int]]:
+    spans, start = [], 0
+    while (end := block.find(b"\n", start)) >= 0:
+        spans.append((start, end))
+        start = end + 1
+    return spans
+
+
+def test_hyperscan_is_used_when_installed() -> None:
+    # hyperscan is a dependency: without it the engine's native-versus-regex comparisons compare one gate to itself
+    assert native_search_available() == (importlib.util.find_spec("hyperscan") is not None)
+    assert native_search_available(), "hyperscan is not importable; pip install -e . installs it"
+
+
+# --- hostile and huge input ----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "text",
+    [
+        "s" * 2_000_000,  # the anchor character of many literals, and nothing else
+        "pas" * 700_000,  # near misses of a prefix, overlapping
+        "nvlin" * 400_000 + "k",
+        ("\xff" * 1000 + "Speiche") * 300,
+    ],
+)
+def test_the_gate_is_linear_on_huge_hostile_text(text: str) -> None:
+    literals = [{("password", False)}, {("pass", False)}, {("nvlink", True)}, {("Speicher", False)}]
+    literals += [{(f"s{c}s", False)} for c in string.ascii_lowercase if c != "s"]
+    gate = LiteralGate(literals, CharCosts.from_sample(b"the quick brown fox " * 50))
+    start = time.perf_counter()
+    found = gate.starts(text)
+    gate.starts(text.encode("utf-8", "surrogateescape"))
+    assert time.perf_counter() - start < 20
+    assert found == brute_starts(literals, text)
+
+
+@pytest.mark.timeout(120)
+def test_pathological_patterns_leave_the_gate_and_the_engine_linear(tmp_path: Path) -> None:
+    # patterns whose literals overlap themselves and each other, on a line that is all near misses
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        "source: x\nrules:\n"
+        "  - {reason: A, category: unknown, type: temporary, pattern: 'aaaa(?:aaab|b)'}\n"
+        "  - {reason: B, category: unknown, type: temporary, pattern: '(?i)AAA[^b]{0,64}c'}\n"
+        "  - {reason: C, category: unknown, type: temporary, pattern: 'aab|aac|aad'}\n"
+    )
+    rules = RuleSet.load([path])
+    line = "a" * 60_000
+    start = time.perf_counter()
+    for _ in range(5):
+        assert rules.match(line) == []
+    assert [r.reason for r in rules.match(line + "c")] == [r.reason for r in rules if r.regex.search(line + "c")]
+    assert time.perf_counter() - start < 30
+
+
+# --- gating never changes results (both users, random texts built from the literals) -------------------
+
+
+def _engine_literal_text(rules: RuleSet, rng: random.Random) -> list[str]:
+    words = [w for r in rules for option in required_literals(r.pattern) for w, _ in option]
+    phrases = [m.group(0) for r in rules for m in [re.search(r"[ -~]{8,}", r.pattern)] if m]
+    junk = [" ", ":", "0", "\xff", "é", "Error", "KILL", "\t", "(", "=", "NCCL", "node"]
+    lines = []
+    for _ in range(3000):
+        parts = [rng.choice(words + phrases + junk) for _ in range(rng.randint(1, 6))]
+        parts = [p.swapcase() if rng.random() < 0.2 else p for p in parts]
+        parts = [p[: rng.randint(1, len(p))] if rng.random() < 0.3 else p for p in parts]
+        lines.append("".join(parts))
+    return lines
+
+
+def test_engine_gating_never_changes_which_rules_match() -> None:
+    rules = load_rules()
+    rng = random.Random(12)
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+    real = [line for p in sorted(fixtures.glob("*/*.log")) for line in p.read_text(errors="replace").splitlines()]
+    lines = _engine_literal_text(rules, rng) + rng.sample(real, min(2000, len(real)))
+    matched = 0
+    for line in lines:
+        plain = [r for r in rules if r.regex.search(line)]
+        assert rules.match(line) == plain, line
+        matched += bool(plain)
+    assert matched > 200  # the texts reach the rules, not only their gate
+
+
+def _brute_spans(redactor: Redactor, text: str) -> list[tuple[int, int, int, str]]:
+    low = lower_ascii(text)
+    found = []
+    for rule in redactor._rules:
+        for match in rule.regex.finditer(low if rule.lowered else text):
+            for index, kind in rule.groups or ((0, rule.name),):
+                start, end = match.span(index)
+                if end > start:
+                    found.append((start, end, rule.order, kind))
+    return sorted(found)
+
+
+def test_redaction_gating_never_changes_what_is_found() -> None:
+    redactor = Redactor(extra_patterns=[("ticket", r"TICKET-[0-9]{4,}"), ("employee", r"\bemp[0-9]{6}\b")])
+    rng = random.Random(4)
+    prefixes = [p for rule in redactor._rules for p in rule.prefixes] + ["TICKET-", "emp"]
+    fill = string.ascii_letters + string.digits + "_-=:/@.\"' \t\n?&"
+    found = 0
+    for _ in range(400):
+        parts = []
+        for _ in range(rng.randint(1, 12)):
+            word = rng.choice(prefixes)
+            word = word.upper() if rng.random() < 0.3 else word
+            parts.append(word + "".join(rng.choice(fill) for _ in range(rng.randint(0, 48))))
+        text = "".join(parts)
+        spans = sorted(find_spans(redactor._rules, redactor._gate, text, lower_ascii(text)))
+        assert spans == _brute_spans(redactor, text), text
+        found += bool(spans)
+    assert found > 50
+
+
+def test_every_builtin_rule_and_default_redaction_pattern_is_gated() -> None:
+    # a pattern without a literal would be tried on every line (or need a pass of its own) and cost its user the
+    # fast path
+    for rule in load_rules():
+        assert required_literals(rule.pattern), f"{rule.reason} has no literal of 3+ characters"
+    redactor = Redactor()
+    for rule, (name, pattern) in zip(redactor._rules, DEFAULT_PATTERNS, strict=True):
+        assert rule.prefixes, f"{name} has no literal prefix: it would need a pass of its own"
+        assert rule.lowered == pattern.startswith("(?i)"), f"{name} is (?i) but not lower case"
+        assert not nested_unbounded_repeat(pattern), name
