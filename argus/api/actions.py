@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from argus.api.auth import Principal, require
+from argus.approval_links import ApprovalLinks
 from argus.store.tokens import Role
 from core.errors import Conflict, InputError, NotConfigured
 from core.types import Action, ActionState
@@ -126,8 +127,8 @@ def reject(request: Request, action_id: str, body: Annotated[Rejection, Body()],
 # -- signed links from IM messages (see argus/approval_links.py) --------------------------------------------
 
 
-def _links(request: Request):  # type: ignore[no-untyped-def]
-    links = getattr(request.app.state, "approval_links", None)
+def _links(request: Request) -> ApprovalLinks:
+    links: ApprovalLinks | None = getattr(request.app.state, "approval_links", None)
     if links is None:
         raise NotConfigured("approval links are off in this Argus", hint="they are on under `argus serve`")
     return links

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI
 
@@ -16,14 +16,18 @@ from argus.exporter import ArgusMetrics, metrics_router
 from argus.store.tokens import Role
 from argus.web import install as install_web
 
+if TYPE_CHECKING:
+    from argus.store.store import Store
+    from remediation.runner import Remediator
+
 
 def create_app(
     *,
-    store: Any,
+    store: Store,
     health_provider: Callable[[], dict[str, Any]] | None = None,
     metrics: ArgusMetrics | None = None,
     control: ControlPlane | None = None,
-    remediator: Any = None,
+    remediator: Remediator | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
     """The API. Without `control` the job, node and ops routes answer 503 (NotConfigured)."""
