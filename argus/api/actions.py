@@ -23,7 +23,6 @@ from remediation.policy import Mode, Step
 from remediation.runner import Remediator
 
 router = APIRouter(tags=["remediation"])
-ActionId = Annotated[str, Field(min_length=1, max_length=64)]
 
 
 def remediator(request: Request) -> Remediator:

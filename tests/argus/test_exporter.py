@@ -54,6 +54,7 @@ from detectors.idle_gpu import IdleGpuDetector
 from detectors.stall import StallDetector
 from remediation.actions import STEPS
 from remediation.runner import FINAL_STATES
+from tests.support import Clock
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -187,14 +188,6 @@ class Feed:
     def collect(self) -> list[Signal]:
         out, self.signals = self.signals, []
         return out
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 def job_state(sid: str, status: str) -> Signal:
