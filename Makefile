@@ -1,10 +1,11 @@
-# Two commands: `make demo` (the main job) and `make test` (the tests). Both set up what they need.
+# Two commands: `make demo` (the main job) and `make test` (the type check, then the tests). Both set up what they
+# need. `make test-unit` is the quick loop: the tests that start no real stack, and no LLM build.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.argus-installed
 
-.PHONY: demo test setup system-deps lint clean llm dashboards
+.PHONY: demo test test-unit typecheck setup system-deps lint clean llm dashboards
 
 # `make demo DEMO_ARGS=--keep` leaves the stack (and the web page) up until Ctrl-C.
 demo: setup
@@ -13,8 +14,18 @@ demo: setup
 # The LLM tests run against the real local model: `llm` is cached, so after the first build it costs nothing,
 # and ARGUS_REQUIRE_LLM=1 turns a missing model into a failure instead of a skip (ARGUS_REQUIRE_BROWSER=1 does the
 # same for the web page's browser test, whose chromium comes with the system packages).
-test: setup llm
+test: setup llm typecheck
 	ARGUS_REQUIRE_LLM=1 ARGUS_REQUIRE_BROWSER=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+# The markers of every test that starts a real process (Ray, Prometheus, sshd, PostgreSQL, the LLM, chromium).
+REAL_STACK := ray or llm or browser or prometheus or sshd or postgres
+
+test-unit: setup
+	$(PY) -m pytest -m "not ($(REAL_STACK))" $(PYTEST_ARGS)
+
+# mypy over the packages named in pyproject.toml ([tool.mypy] files): strict on core, a baseline elsewhere.
+typecheck: setup
+	$(VENV)/bin/mypy
 
 setup: $(STAMP) system-deps
 

@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlencode
@@ -41,7 +42,8 @@ def load_secret(path: Path) -> bytes:
 
 
 class ApprovalLinks:
-    def __init__(self, secret: bytes, public_url: str, *, ttl_s: float = 3600.0, clock=time.time) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, secret: bytes, public_url: str, *, ttl_s: float = 3600.0,
+                 clock: Callable[[], float] = time.time) -> None:
         if len(secret) < 16:
             raise ConfigError("the approval link secret is too short", hint="use at least 16 random bytes")
         self._secret = secret

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from core.errors import ArgusError
-from detectors.engine import load_rules
+from detectors.engine import RuleSet, load_rules
 from rca.analyze import analyze_stream
 
 EXIT_INPUT_FAILED = 2
@@ -61,7 +61,7 @@ def analyze(
         raise typer.Exit(EXIT_INPUT_FAILED)
 
 
-def _analyze_one(path: str, rules: Any) -> dict[str, Any]:
+def _analyze_one(path: str, rules: RuleSet) -> dict[str, Any]:
     if path == STDIN:
         return analyze_stream(STDIN, sys.stdin.buffer, rules)
     with open(path, "rb") as stream:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Response
 from prometheus_client import (
@@ -46,6 +46,9 @@ from collectors.placement import JobPlacement
 from core.refs import refs_of
 from core.types import ActionState, Category, Finding, Incident, IncidentState
 from detectors.stall import JobProgress
+
+if TYPE_CHECKING:
+    from argus.store.store import Store
 
 # From a few seconds (log rules, lost nodes) to past the idle-GPU window (10 min by default).
 LATENCY_BUCKETS = (1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600, 660, 900, 1800, 3600)
@@ -142,7 +145,8 @@ class ArgusMetrics:
         rows: dict[tuple[str, ...], float] = {}
         for job in placements:
             for node in job.nodes:
-                labels = (job.submission_id or "", job.job_id, node.node_ip, node.node_id, job.owner or "")
+                labels: tuple[str, ...] = (job.submission_id or "", job.job_id, node.node_ip, node.node_id,
+                                           job.owner or "")
                 if self.include_entrypoint:
                     labels += ((job.entrypoint or "")[: self.entrypoint_max_chars],)
                 rows[labels] = rows.get(labels, 0.0) + node.gpus
@@ -222,7 +226,7 @@ class ArgusMetrics:
             if job.interval_s is not None:
                 self.job_step_interval.labels(submission_id).set(job.interval_s)
 
-    def refresh_incidents(self, store: Any) -> None:
+    def refresh_incidents(self, store: Store) -> None:
         """Count not-resolved incidents per category from the store (paged; cheap for normal counts) and
         replace the annotation series with the newest of them: resolved incidents disappear."""
         counts: dict[str, int] = {}

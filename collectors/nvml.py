@@ -41,6 +41,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -291,7 +292,7 @@ class NvmlCollector:
             ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, "corrected ECC"),
             ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, "uncorrected ECC"),
         ):
-            count = read(what, lambda kind=kind: nv.nvmlDeviceGetTotalEccErrors(h, kind, volatile))
+            count = read(what, partial(nv.nvmlDeviceGetTotalEccErrors, h, kind, volatile))
             put(metric, count)
 
         return [

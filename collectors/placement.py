@@ -160,7 +160,7 @@ class GpuPlacementCollector:
         actors = self._ray.call("list_actors", detail=True)
         tasks = self._ray.call("list_tasks", detail=True, filters=[("state", "=", "RUNNING")])
 
-        node_info = {
+        node_info: dict[str, dict[str, Any]] = {
             str(_field(n, "node_id")): {
                 "node_id": str(_field(n, "node_id")),
                 "node_ip": _field(n, "node_ip") or "",

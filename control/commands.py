@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from control.nodes import (
     NodeSpec,
@@ -76,7 +77,11 @@ echo "stopped$all"
 """
 
 
-def _check(fn, value, what: str):  # type: ignore[no-untyped-def]
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
+
+
+def _check(fn: Callable[[_In], _Out], value: _In, what: str) -> _Out:
     try:
         return fn(value)
     except (ValueError, TypeError) as exc:
@@ -84,10 +89,11 @@ def _check(fn, value, what: str):  # type: ignore[no-untyped-def]
 
 
 def check_gcs_address(value: str) -> str:
-    if not isinstance(value, str) or not value.isascii() or not _GCS_RE.fullmatch(value):
+    match = _GCS_RE.fullmatch(value) if isinstance(value, str) and value.isascii() else None
+    if match is None:
         raise InputError(f"refused GCS address {value!r}: expected host:port, e.g. 10.0.0.1:6379",
                          hint="pass the head's GCS address; nothing was run")
-    port = int(_GCS_RE.fullmatch(value).group("port"))  # type: ignore[union-attr]
+    port = int(match.group("port"))
     if not 1 <= port <= 65535:
         raise InputError(f"refused GCS address {value!r}: port {port} is out of range")
     return value

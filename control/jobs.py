@@ -26,6 +26,7 @@ How Ray 2.60 behaves here (measured on the local 3-node cluster, see tests/contr
 
 from __future__ import annotations
 
+import builtins
 import json
 import secrets
 import shlex
@@ -33,6 +34,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -331,10 +333,10 @@ class JobController:
             message = f"job had already ended ({record.status}); nothing to stop"
         return replace(record, message=message, mark="stopped" if stopping else record.mark)
 
-    def enforce_timeouts(self) -> list[str]:
+    def enforce_timeouts(self) -> builtins.list[str]:
         """Stop each RUNNING Argus job older than its timeout_s and mark it timed_out; return their ids."""
         now = self.clock()
-        stopped: list[str] = []
+        stopped: builtins.list[str] = []
         for info in self._call("list jobs", None, lambda: self.client.list_jobs()):
             metadata = info.metadata or {}
             sid = info.submission_id
@@ -346,7 +348,7 @@ class JobController:
                 continue
             ran = (now - started).total_seconds()
             try:
-                was_running = self._call("stop a job", sid, lambda sid=sid: self.client.stop_job(sid))
+                was_running = self._call("stop a job", sid, partial(self.client.stop_job, sid))
             except NotFound:
                 continue
             if was_running:

@@ -240,7 +240,7 @@ class NodeManager:
         except Exception as exc:  # Ray raises a zoo of types (RayStateApiException, ConnectionError, ...)
             raise SourceUnavailable("the Ray dashboard", self.dashboard_url, f"{type(exc).__name__}: {exc}",
                                     hint="check that the Ray head is running and dashboard_url is right") from None
-        return [dataclasses.asdict(s) if dataclasses.is_dataclass(s) else dict(s) for s in states]
+        return [plain_dict(s) for s in states]
 
     def _ray_node(self, name: str) -> dict[str, Any] | None:
         """The ALIVE Ray node carrying this node's label, if any."""
@@ -289,6 +289,11 @@ class NodeManager:
         return NodeOutcome(node=record.name, action=action, ok=ok, state=record.state, message=message,
                            hint=hint, ray_node_id=ray_node_id or record.ray_node_id, data=data or {},
                            commands=commands, at=self.clock())
+
+
+def plain_dict(obj: Any) -> dict[str, Any]:
+    """A Ray state API record (a dataclass in Ray's typed API, a mapping elsewhere) as a plain dict."""
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) and not isinstance(obj, type) else dict(obj)
 
 
 def _brief(node: dict[str, Any]) -> dict[str, Any]:

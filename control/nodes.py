@@ -7,6 +7,7 @@ and a bounded length. Commands are built from validated specs only (control/comm
 
 from __future__ import annotations
 
+import builtins
 import ipaddress
 import re
 import threading
@@ -346,7 +347,7 @@ class NodeRegistry(Protocol):
         record who did it and why; `ray_node_id` and `spec` replace the stored ones when given."""
         ...
 
-    def transitions(self, name: str) -> list[Transition]: ...
+    def transitions(self, name: str) -> builtins.list[Transition]: ...
 
 
 def name_taken(name: str, state: str | None) -> Conflict:
@@ -430,6 +431,6 @@ class MemoryNodeRegistry:
                                         actor=actor, reason=reason, at=now))
             return record
 
-    def transitions(self, name: str) -> list[Transition]:
+    def transitions(self, name: str) -> builtins.list[Transition]:
         with self._lock:
             return [t for t in self._log if t.node == name]

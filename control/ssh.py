@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 import asyncssh
 from loguru import logger
@@ -174,7 +174,10 @@ def _text(value: object) -> str:
     return text[-_MAX_OUTPUT:]
 
 
-def _sync(coro):  # type: ignore[no-untyped-def]
+_T = TypeVar("_T")
+
+
+def _sync(coro: Coroutine[Any, Any, _T]) -> _T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -9,8 +9,12 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loguru import logger
+
+if TYPE_CHECKING:
+    from loguru import Record
 
 _ROUTED = ("ray", "uvicorn", "uvicorn.error", "uvicorn.access", "apscheduler", "alembic", "asyncssh", "httpx")
 FORMAT = (
@@ -25,13 +29,15 @@ class _InterceptHandler(logging.Handler):
             level: str | int = logger.level(record.levelname).name
         except ValueError:
             level = record.levelno
+
         # show the library's logger name (e.g. uvicorn.error), not the frame loguru would guess
-        logger.patch(lambda r: r.update(name=record.name)).opt(exception=record.exc_info).log(
-            level, record.getMessage()
-        )
+        def library_name(r: Record) -> None:
+            r["name"] = record.name
+
+        logger.patch(library_name).opt(exception=record.exc_info).log(level, record.getMessage())
 
 
-def _extra_str(record: dict) -> bool:
+def _extra_str(record: Record) -> bool:
     extra = {k: v for k, v in record["extra"].items() if k != "extra_str"}
     record["extra"]["extra_str"] = (" " + " ".join(f"{k}={v}" for k, v in extra.items())) if extra else ""
     return True

@@ -160,9 +160,10 @@ class DiskSpaceDetector:
         path = signal.subject.id
         fraction = point.avail / point.total
         inodes_total = float(signal.attrs.get(keys.INODES_TOTAL) or 0)
-        inodes_avail = signal.attrs.get(keys.INODES_AVAIL, signal.attrs.get(keys.INODES_FREE))
+        reported_avail = signal.attrs.get(keys.INODES_AVAIL, signal.attrs.get(keys.INODES_FREE))
+        inodes_avail = float(reported_avail) if reported_avail is not None else 0.0
         # Some file systems (btrfs, some NFS servers) report no inode table (0): they cannot run out of inodes.
-        inode_fraction = float(inodes_avail) / inodes_total if inodes_total > 0 and inodes_avail is not None else None
+        inode_fraction = inodes_avail / inodes_total if inodes_total > 0 and reported_avail is not None else None
         low_space = fraction < self.min_free_fraction
         low_inodes = inode_fraction is not None and inode_fraction < self.min_free_fraction
         if not (low_space or low_inodes):
@@ -186,7 +187,7 @@ class DiskSpaceDetector:
                     source=point.source,
                     text=f"{path}: {int(inodes_avail)} inodes available of {int(inodes_total)} ({inode_fraction:.2%})",
                     at=point.at,
-                    value=float(inodes_avail),
+                    value=inodes_avail,
                 )
             )
         summary = (

@@ -265,7 +265,7 @@ class IdleGpuDetector:
         gpus = sum(float(v.node.get("gpus") or 0) for v in verdicts)
         idle_s = (now - episode.idle_since).total_seconds()
         gpu_hours = gpus * idle_s / 3600.0
-        shared = [v.node.get("node_ip") for v in verdicts if not v.node.get("whole_node")]
+        shared = [str(v.node.get("node_ip")) for v in verdicts if not v.node.get("whole_node")]
         nodes = [
             {
                 "node_id": v.node.get("node_id"),

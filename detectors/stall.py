@@ -80,7 +80,7 @@ class ProgressPattern:
 
     name: str
     pattern: str
-    regex: re.Pattern[str] = field(compare=False, repr=False, default=None)  # type: ignore[assignment]
+    regex: re.Pattern[str] = field(init=False, compare=False, repr=False)  # compiled in __post_init__
 
     def __post_init__(self) -> None:
         try:

@@ -8,7 +8,7 @@ line, not the file.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 from core.limits import MAX_LINE_BYTES
@@ -74,7 +74,7 @@ def analyze_lines(name: str, lines: Iterable[bytes | str], rules: RuleSet) -> di
     return _verdict(name, rules.scan(counter, source=name), lambda: counter.count)
 
 
-def _verdict(name: str, found: Iterable[RuleMatch], lines_scanned: Any) -> dict[str, Any]:
+def _verdict(name: str, found: Iterable[RuleMatch], lines_scanned: Callable[[], int]) -> dict[str, Any]:
     kept: dict[str, list[RuleMatch]] = defaultdict(list)
     for match in found:
         bucket = kept[match.rule.reason]

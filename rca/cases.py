@@ -61,7 +61,7 @@ class Prediction(NamedTuple):
     """What a predictor says about a case: the category, the report text the facts are looked for in, and
     (optional) why, e.g. the winning rule, shown next to a miss."""
 
-    category: Category
+    category: Category | str  # a Category or its value
     text: str
     reason: str | None = None
     first_evidence: str | None = None

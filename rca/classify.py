@@ -109,10 +109,14 @@ def classify_logs(verdicts: Sequence[tuple[Classification, datetime | None]]) ->
         raise ValueError("classify_logs needs at least one verdict")
     best = max(tier(v) for v, _ in verdicts)
     candidates = [(i, v, at) for i, (v, at) in enumerate(verdicts) if tier(v) == best]
+
+    def priority(v: Classification) -> int:
+        return v.winner.rule.priority if v.winner else 0
+
     if best >= 2 and all(at is not None for _, _, at in candidates):
-        index, chosen, _ = min(candidates, key=lambda c: (c[2], -c[1].winner.rule.priority, c[0]))
+        index, chosen, _ = min(candidates, key=lambda c: (c[2], -priority(c[1]), c[0]))
     else:
-        index, chosen, _ = min(candidates, key=lambda c: (-(c[1].winner.rule.priority if c[1].winner else 0), c[0]))
+        index, chosen, _ = min(candidates, key=lambda c: (-priority(c[1]), c[0]))
     if len(verdicts) > 1 and chosen.winner is not None:
         others = sorted({v.category.value for v, _ in verdicts if v.winner is not None} - {chosen.category.value})
         shown = f"; the others show: {', '.join(others)}." if others else "."

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.types import Action, Category, Finding, Incident, Report
 from detectors.engine import RuleSet
@@ -24,6 +24,9 @@ from rca.redact import Redactor
 from rca.report import ReportInput, impact_of, render
 from rca.verdict import decide
 
+if TYPE_CHECKING:
+    from rca.llm import LlmWriter  # langchain loads only where an LLM is configured
+
 
 class RcaEngine:
     def __init__(
@@ -31,7 +34,7 @@ class RcaEngine:
         rules: RuleSet,
         redactor: Callable[[], Redactor],
         *,
-        writer: Any = None,  # rca.llm.LlmWriter; Any so that langchain loads only where an LLM is configured
+        writer: LlmWriter | None = None,
         metrics: MetricsReader | None = None,
         token_budget: int = 6000,
     ) -> None:
@@ -69,8 +72,9 @@ class RcaEngine:
         if self.writer is not None and use_llm:
             outcome = self.writer.analyze(bundle)
             if outcome.ok and outcome.analysis is not None:
-                cited = tuple(dict.fromkeys(r for r in outcome.analysis.evidence_refs if bundle.line(r) is not None))
-                texts = [bundle.line(r).text for r in cited]  # type: ignore[union-attr]
+                lines = {r: line for r in outcome.analysis.evidence_refs if (line := bundle.line(r)) is not None}
+                cited = tuple(lines)
+                texts = [line.text for line in lines.values()]
                 decision = decide(verdict, outcome.analysis.category, outcome.analysis.confidence, texts, self.rules,
                                   detected=observed)
         impact = impact_of(incident, bundle, last_checkpoint_at=last_checkpoint_at)

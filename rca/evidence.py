@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from core.types import Finding, Incident
-from detectors.engine import RuleSet
+from detectors.engine import RuleMatch, RuleSet
 from detectors.stall import DEFAULT_PATTERNS as PROGRESS_PATTERNS
 from rca.classify import Classification, classify, classify_logs, clip_text
 from rca.line_time import times_of
@@ -168,10 +168,10 @@ class EvidenceBuilder:
 
         # Numbered evidence: the verdict's lines (the deciding one first), then the findings' own evidence.
         refs: list[EvidenceLine] = []
-        for source, line_no, text in verdict.evidence:
-            at = _time_at(times_by_log, logs, source, line_no)
-            refs.append(EvidenceLine(ref=len(refs) + 1, source=source, line=line_no, text=_clip(red.redact(text)),
-                                     at=at, why=_why(matches_by_log, source, line_no)))
+        for name, line_no, text in verdict.evidence:
+            at = _time_at(times_by_log, logs, name, line_no)
+            refs.append(EvidenceLine(ref=len(refs) + 1, source=name, line=line_no, text=_clip(red.redact(text)),
+                                     at=at, why=_why(matches_by_log, name, line_no)))
         for finding in findings[:10]:
             for ev in finding.evidence[:5]:
                 if any(r.text == _clip(red.redact(ev.text)) for r in refs):
@@ -239,12 +239,14 @@ class EvidenceBuilder:
 
     # -- parts -------------------------------------------------------------------------------------------
 
-    def _classify(self, logs: Sequence[LogSource], findings: Sequence[Finding]):  # type: ignore[no-untyped-def]
-        matches_by_log = []
-        times_by_log = []
-        verdicts = []
+    def _classify(
+        self, logs: Sequence[LogSource], findings: Sequence[Finding]
+    ) -> tuple[Classification, int | None, list[list[RuleMatch]], list[list[datetime | None]]]:
+        matches_by_log: list[list[RuleMatch]] = []
+        times_by_log: list[list[datetime | None]] = []
+        verdicts: list[tuple[Classification, datetime | None]] = []
         for source in logs:
-            matches = []
+            matches: list[RuleMatch] = []
             for match in self.rules.scan(source.lines, source=source.name, start_line=source.first_line_no):
                 matches.append(match)
                 if len(matches) >= MAX_MATCHES_PER_LOG:
@@ -298,14 +300,15 @@ def _clip(text: str) -> str:
     return clip_text(text, MAX_LINE_IN_BUNDLE)
 
 
-def _time_at(times_by_log, logs: Sequence[LogSource], source: str, line_no: int) -> datetime | None:  # type: ignore[no-untyped-def]
+def _time_at(times_by_log: Sequence[Sequence[datetime | None]], logs: Sequence[LogSource], source: str,
+             line_no: int) -> datetime | None:
     for log, times in zip(logs, times_by_log, strict=False):
         if log.name == source and 0 <= line_no - log.first_line_no < len(times):
             return times[line_no - log.first_line_no]
     return None
 
 
-def _why(matches_by_log, source: str, line_no: int) -> str:  # type: ignore[no-untyped-def]
+def _why(matches_by_log: Sequence[Sequence[RuleMatch]], source: str, line_no: int) -> str:
     for matches in matches_by_log:
         for m in matches:
             if m.source == source and m.line_no == line_no:

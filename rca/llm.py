@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import jinja2
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from core.types import Category
 from rca.evidence import EvidenceBundle
@@ -81,8 +81,9 @@ class LlmWriter:
         self.base_url = base_url.rstrip("/")
         self.method = method
         # A local server needs no key, but the client insists on one.
-        chat = ChatOpenAI(base_url=self.base_url, model=model, api_key=api_key or "not-needed", timeout=timeout_s,
-                          max_retries=max_retries, temperature=temperature, max_tokens=max_tokens)
+        chat = ChatOpenAI(base_url=self.base_url, model=model, api_key=SecretStr(api_key or "not-needed"),
+                          timeout=timeout_s, max_retries=max_retries, temperature=temperature,
+                          max_completion_tokens=max_tokens)  # ChatOpenAI's max_tokens, by its alias
         self._runnable = chat.with_structured_output(LlmAnalysis, method=method, include_raw=True)
         env = jinja2.Environment(loader=jinja2.FileSystemLoader(prompts), undefined=jinja2.StrictUndefined,
                                  autoescape=False, keep_trailing_newline=True)

@@ -12,9 +12,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
 
 from core.types import Incident, SubjectKind, utcnow
 from rca.evidence import MetricSummary
+
+if TYPE_CHECKING:
+    from collectors.prometheus import PrometheusClient
 
 _IP = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
 MAX_NODES = 8
@@ -33,7 +37,7 @@ QUERIES: tuple[tuple[str, str, str], ...] = (
 class PrometheusMetricsReader:
     """A MetricsReader (see rca/evidence.py) over a PrometheusClient."""
 
-    def __init__(self, client, *, before_s: float = 900, after_s: float = 120, step_s: float = 15,  # type: ignore[no-untyped-def]
+    def __init__(self, client: PrometheusClient, *, before_s: float = 900, after_s: float = 120, step_s: float = 15,
                  clock: Callable[[], datetime] = utcnow) -> None:
         self.client = client
         self.before = timedelta(seconds=before_s)
@@ -70,7 +74,7 @@ class PrometheusMetricsReader:
         return sorted(ip for ip in ips if isinstance(ip, str) and _IP.match(ip))[:MAX_NODES]
 
 
-def _summarise(name: str, unit: str, labels: dict, series: dict) -> MetricSummary | None:  # type: ignore[type-arg]
+def _summarise(name: str, unit: str, labels: dict[str, str], series: dict[str, Any]) -> MetricSummary | None:
     points = []
     for ts, value in series.get("values") or []:
         try:

@@ -78,7 +78,7 @@ def render(inp: ReportInput) -> Report:
     accepted = analysis is not None and inp.decision is not None and inp.decision.accepted
     category = inp.decision.category if inp.decision else verdict.category
     confidence = inp.decision.confidence if inp.decision else verdict.confidence
-    summary = analysis.summary if accepted else verdict.summary
+    summary = analysis.summary if accepted and analysis is not None else verdict.summary
     subject = f"{incident.subject.kind.value} {incident.subject.name or incident.subject.id}"
 
     md: list[str] = [f"# {category.value} on {subject} ({incident.id})", ""]

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from control import commands
 from control.artifacts import step_of
 from control.jobs import JobController
 from control.jobspec import JobSpec
-from control.node_manager import NodeManager
+from control.node_manager import NodeManager, plain_dict
 from control.nodes import NodeRecord, NodeRegistry, NodeState
 from control.ssh import CommandRunner
 from core.errors import ArgusError, Conflict, NotFound
@@ -126,7 +127,8 @@ def keep_scene(ctx: Context, incident: Incident, params: dict[str, Any], dry_run
                        folders=[str(f) for f in folders])
     problems: list[str] = []
     written: dict[str, list[str]] = {}
-    for folder, sid in zip(folders, sids or [None], strict=False):
+    jobs: list[str | None] = [*sids] or [None]  # no job: one scene folder for the incident
+    for folder, sid in zip(folders, jobs, strict=False):
         scene = _Scene(folder)
         scene.json("incident.json", {"incident": incident.model_dump(mode="json"),
                                      "findings": [f.model_dump(mode="json") for f in _findings(ctx, incident)]})
@@ -179,13 +181,7 @@ def ray_list(ctx: Context, fn: str, **kwargs: Any) -> list[dict[str, Any]]:
     from collectors.ray_api import RayStateApi
 
     api = RayStateApi(ctx.dashboard_url, ctx.request_timeout_s)
-    return [_plain(x) for x in api.call(fn, **kwargs)]
-
-
-def _plain(obj: Any) -> dict[str, Any]:
-    import dataclasses
-
-    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else dict(obj)
+    return [plain_dict(x) for x in api.call(fn, **kwargs)]
 
 
 def _job_scene(ctx: Context, scene: _Scene, sid: str) -> None:
@@ -193,7 +189,7 @@ def _job_scene(ctx: Context, scene: _Scene, sid: str) -> None:
     info = scene.attempt("the job from Ray", lambda: ctx.jobs.client.get_job_info(sid))
     job_id = getattr(info, "job_id", None)
     if info is not None:
-        scene.json("ray/job.json", _plain(info) if not isinstance(info, dict) else info)
+        scene.json("ray/job.json", plain_dict(info) if not isinstance(info, dict) else info)
     for source in (folder.spec_file, folder.submit_file, folder.status_file):
         if source.is_file():
             scene.text(f"config/{source.name}", source.read_text(encoding="utf-8", errors="replace"))
@@ -216,7 +212,7 @@ def _job_scene(ctx: Context, scene: _Scene, sid: str) -> None:
     if driver is not None and getattr(driver, "pid", None):
         targets.insert(0, ("driver", int(driver.pid), getattr(driver, "node_id", None) or info.driver_node_id))
     for label, pid, node_id in targets[:MAX_STACKS]:
-        stack = scene.attempt(f"stack of {label} pid {pid}", lambda p=pid, n=node_id: _traceback(ctx, p, n))
+        stack = scene.attempt(f"stack of {label} pid {pid}", partial(_traceback, ctx, pid, node_id))
         if stack is not None:
             scene.text(f"stacks/{_safe(label)}-{pid}.txt", stack)
 
@@ -241,8 +237,9 @@ def _node_scene(ctx: Context, scene: _Scene, incident: Incident) -> None:
     if record is None or ctx.nodes is None:
         scene.problems.append("kernel log: the node is not managed by Argus (no SSH access)")
         return
-    outcome = scene.attempt("kernel log over SSH", lambda: ctx.nodes.runner_factory(record.spec).run(KERNEL_LOG,
-                                                                                                      timeout_s=30))
+    manager = ctx.nodes
+    outcome = scene.attempt("kernel log over SSH",
+                            lambda: manager.runner_factory(record.spec).run(KERNEL_LOG, timeout_s=30))
     if outcome is not None:
         scene.text("node/kernel.log", outcome.stdout if outcome.ok else outcome.describe())
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from pathlib import Path
 
 from core.jobfolder import JobFolder
 from core.types import Action, ActionState, Incident
@@ -33,7 +33,7 @@ ALLOW = Verdict(True)
 
 
 def check(guards: Guards, action: Action, incident: Incident, history: list[Action], *, now: datetime,
-          shared_root: Any, node_counts: Callable[[], tuple[int, int]]) -> Verdict:
+          shared_root: Path, node_counts: Callable[[], tuple[int, int]]) -> Verdict:
     """May `action` run now? `history`: every action in the store; `node_counts`: (nodes drained or offline,
     nodes in all), asked only for drains."""
     if action.dry_run:

@@ -20,7 +20,7 @@ from core.types import Category, Incident, Severity
 
 DEFAULT_POLICY = Path(__file__).parent / "policies" / "default.yaml"
 ActionKind = Literal["keep_scene", "drain_node", "resubmit_job", "stop_job"]
-ACTION_KINDS: tuple[str, ...] = ("keep_scene", "drain_node", "resubmit_job", "stop_job")
+ACTION_KINDS: tuple[ActionKind, ...] = ("keep_scene", "drain_node", "resubmit_job", "stop_job")
 _SEVERITY_ORDER = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 
@@ -65,7 +65,7 @@ class Guards(_Strict):
     resubmit_backoff_s: float = Field(default=30, ge=0)
     protected_nodes: list[str] = Field(default_factory=list)
     protected_jobs: list[str] = Field(default_factory=list)
-    agent_may_approve: list[ActionKind] = Field(default_factory=lambda: ["keep_scene"])
+    agent_may_approve: list[ActionKind] = Field(default=["keep_scene"])  # pydantic copies it per instance
 
     def node_protected(self, *names: str | None) -> bool:
         return any(n and n in self.protected_nodes for n in names)

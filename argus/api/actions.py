@@ -24,7 +24,6 @@ from core.types import Action, ActionState
 from remediation.policy import Mode, Step
 
 router = APIRouter(tags=["remediation"])
-ActionId = Annotated[str, Field(min_length=1, max_length=64)]
 
 
 class Proposal(BaseModel):

@@ -22,12 +22,13 @@ from argus.web.ui import WebUi
 
 if TYPE_CHECKING:
     from argus.approval_links import ApprovalLinks
+    from argus.store.store import Store
     from remediation.runner import Remediator
 
 
 def create_app(
     *,
-    store: Any,
+    store: Store,
     health_provider: Callable[[], dict[str, Any]] | None = None,
     metrics: ArgusMetrics | None = None,
     control: ControlPlane | None = None,

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from argus.api.auth import require
 from argus.api.jobs import control
 from argus.store.tokens import Role
-from control.artifacts import MAX_KEEP, CleanupPlan
+from control.artifacts import MAX_KEEP, Checkpoint, CleanupPlan
 
 router = APIRouter(prefix="/v1/ops", tags=["ops"])
 
@@ -24,7 +24,7 @@ class CleanupRequest(BaseModel):
 
 
 def plan_json(plan: CleanupPlan) -> dict[str, Any]:
-    def items(checkpoints):  # type: ignore[no-untyped-def]
+    def items(checkpoints: tuple[Checkpoint, ...]) -> list[dict[str, Any]]:
         return [{"name": c.name, "step": c.step, "bytes": c.bytes} for c in checkpoints]
 
     return {

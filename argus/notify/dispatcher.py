@@ -127,7 +127,7 @@ class Dispatcher:
         self.group_window_s = max(0.0, group_window_s)
         self.public_url = public_url.rstrip("/") if public_url else None
         self._client = client or httpx.Client(timeout=timeout_s)
-        self._retry = {"attempts": attempts, "backoff_s": backoff_s, "max_backoff_s": max_backoff_s}
+        self._retry: dict[str, Any] = {"attempts": attempts, "backoff_s": backoff_s, "max_backoff_s": max_backoff_s}
         self.cooldown_s = cooldown_s
         self.on_delivery = on_delivery
         now = clock().timestamp()

@@ -268,5 +268,7 @@ def new_revision(url: str, message: str, revision_id: str | None = None) -> Path
             script = command.revision(_config(conn), message=message, autogenerate=True, rev_id=revision_id)
     finally:
         engine.dispose()
-    scripts = script if isinstance(script, list) else [script]
-    return Path(scripts[0].path)
+    written = (script if isinstance(script, list) else [script])[0]
+    if written is None:
+        raise StoreError("alembic wrote no revision file", hint="check the migrations folder and alembic's output")
+    return Path(written.path)

@@ -11,6 +11,7 @@ so of two callers moving a node from the same state exactly one wins and the oth
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from datetime import datetime
 
@@ -103,7 +104,7 @@ class SqlNodeRegistry:
         logger.info("node {} {} -> {} by {}", name, from_state.value, to_state.value, actor)
         return record
 
-    def transitions(self, name: str) -> list[Transition]:
+    def transitions(self, name: str) -> builtins.list[Transition]:
         with transaction(self._engine, "reading a node's transitions") as s:
             rows = s.scalars(
                 select(NodeTransitionRow).where(NodeTransitionRow.node == name).order_by(NodeTransitionRow.id)

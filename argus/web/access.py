@@ -10,7 +10,7 @@ it; the buttons a role may not use are not shown, and their posts are refused al
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import parse_qs
 
 from fastapi import Depends, Request
@@ -23,12 +23,15 @@ from argus.web.sessions import SESSION_COOKIE, Session
 from argus.web.ui import LoginRequired, web_of
 from core.errors import InputError
 
+if TYPE_CHECKING:
+    from argus.store.store import Store
+
 MAX_FORM_BYTES = 16 * 1024
 MAX_FORM_FIELDS = 20
 FORM_TYPE = "application/x-www-form-urlencoded"
 
 
-def token_record(store: Any, token_id: str, now: datetime) -> TokenRecord | None:
+def token_record(store: Store, token_id: str, now: datetime) -> TokenRecord | None:
     """The token with this id when it is still usable (not revoked, not expired)."""
     return next((t for t in store.list_tokens() if t.id == token_id and t.usable_at(now)), None)
 

@@ -68,7 +68,7 @@ async def login(request: Request) -> Response:
     request.state.audit_detail = {"via": "ui", "event": "login"}
     wait = web.throttle.wait_s(address)
     if wait:
-        response = error_page(request, 429, f"too many failed logins from {address}",
+        response: Response = error_page(request, 429, f"too many failed logins from {address}",
                               hint=f"try again in {wait} s")
         response.headers["Retry-After"] = str(wait)
         return response

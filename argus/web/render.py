@@ -26,7 +26,8 @@ def _markdown() -> MarkdownIt:
     md.enable("table")
     md.disable("image")
     # Relative links and anchors stay (a report may point inside itself); any scheme but http(s) is dropped.
-    md.validateLink = lambda url: ":" not in url.split("/", 1)[0] or url.lower().startswith(_LINK_SCHEMES)
+    md.validateLink = (  # type: ignore[method-assign]  # markdown-it's hook is this instance attribute
+        lambda url: ":" not in url.split("/", 1)[0] or url.lower().startswith(_LINK_SCHEMES))
 
     def link_open(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
         tokens[idx].attrSet("rel", "nofollow noopener noreferrer")

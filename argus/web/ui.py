@@ -8,7 +8,7 @@ UI response gets headers that keep the page from running anything but our own sc
 from __future__ import annotations
 
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -104,7 +104,7 @@ def login_url(request: Request) -> str:
 class UiRoute(APIRoute):
     """A route whose errors are pages and whose responses carry SECURITY_HEADERS."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def guarded(request: Request) -> Response:

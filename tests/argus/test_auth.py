@@ -21,21 +21,14 @@ from argus.exporter import ArgusMetrics
 from argus.store.store import Store
 from argus.store.tokens import Role, allows
 from core.errors import InputError, NotFound
+from tests.support import Clock
 
 ARGUS = [sys.executable, "-m", "argus.cli"]
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc))
 
 
 @pytest.fixture

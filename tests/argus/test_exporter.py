@@ -55,6 +55,7 @@ from remediation.runner import FINAL_STATES
 from stage.localstack.ports import free_port
 from stage.localstack.webhook_receiver import Reply, WebhookReceiver
 from stage.sim.dcgm_exporter import DcgmExporterSim
+from tests.support import Clock
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -188,14 +189,6 @@ class Feed:
     def collect(self) -> list[Signal]:
         out, self.signals = self.signals, []
         return out
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 def job_state(sid: str, status: str) -> Signal:

@@ -169,7 +169,7 @@ def test_a_dead_node_is_reported_not_raised(ray_cluster, ray_faults, tmp_path: P
         ray_cluster.wait_node_state(dead_id, "DEAD", timeout=60)
         # The dashboard's node summary (what the collector lists) can lag the state API by a poll or two on a
         # loaded machine: poll until it drops the node; every poll must not raise.
-        def dropped():  # type: ignore[no-untyped-def]
+        def dropped():
             signals = collector.collect()
             return not [key for key in collector._files if key[0] == dead_id] and signals is not None
 

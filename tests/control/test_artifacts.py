@@ -80,7 +80,7 @@ def test_a_checkpoints_folder_that_is_a_link_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("keep", [0, -1, 10_001, True, 1.5, "2"])
 def test_keep_last_must_be_a_sane_whole_number(tmp_path: Path, keep: object) -> None:
     with pytest.raises(InputError, match="keep_last"):
-        plan_cleanup(tmp_path, keep_last=keep)  # type: ignore[arg-type]
+        plan_cleanup(tmp_path, keep_last=keep)
 
 
 def test_no_checkpoints_folder_is_an_empty_plan(tmp_path: Path) -> None:

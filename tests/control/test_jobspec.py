@@ -198,7 +198,7 @@ def test_billion_laughs_and_duplicate_keys_are_refused() -> None:
 )
 def test_malformed_text_is_refused(text: str, fmt: str, match: str) -> None:
     with pytest.raises(InputError, match=match):
-        JobSpec.from_text(text, fmt, source="spec")  # type: ignore[arg-type]
+        JobSpec.from_text(text, fmt, source="spec")
 
 
 def test_file_errors_name_the_file(tmp_path: Path) -> None:

@@ -12,19 +12,12 @@ import pytest
 from core.errors import ConfigError
 from core.types import Category, Severity, Signal, SignalKind, Subject, SubjectKind
 from detectors.disk_space import DiskSpaceDetector
+from tests.support import Clock
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 GB = 1e9
 TB = 1e12
 PATH = "/mnt/shared"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 def sample(
@@ -60,7 +53,7 @@ def run(detector: DiskSpaceDetector, clock: Clock, values, *, every_s: float = 6
 
 
 def test_steady_decline_warns_with_rate_and_eta():
-    clock = Clock()
+    clock = Clock(T0)
     d = DiskSpaceDetector(clock=clock)
     # 120 GB free of 1 TB, losing 40 GB/hour (checkpoints every minute), with a little jitter.
     values = [120 * GB - i * (40 * GB / 60) + (0.2 * GB if i % 2 else -0.2 * GB) for i in range(31)]
@@ -87,12 +80,12 @@ def test_steady_decline_warns_with_rate_and_eta():
 
 def test_trend_and_threshold_fingerprints_are_per_path_and_kind_and_survive_restarts():
     def trend_finding():
-        clock = Clock()
+        clock = Clock(T0)
         [(_, f)] = run(DiskSpaceDetector(clock=clock), clock, [120 * GB - i * GB for i in range(10)])
         return f
 
     def threshold_finding(path=PATH):
-        clock = Clock()
+        clock = Clock(T0)
         return DiskSpaceDetector(clock=clock).detect([sample(T0, 10 * GB, path=path)])[0]
 
     a, b = trend_finding(), trend_finding()
@@ -103,7 +96,7 @@ def test_trend_and_threshold_fingerprints_are_per_path_and_kind_and_survive_rest
 
 
 def test_below_the_floor_is_critical_once_per_episode():
-    clock = Clock()
+    clock = Clock(T0)
     d = DiskSpaceDetector(clock=clock)
     [f] = d.detect([sample(T0, 30 * GB)])  # 3% of 1 TB
     assert f.severity is Severity.CRITICAL and f.reason == "StorageNearlyFull" and f.category is Category.DISK_FULL
@@ -121,7 +114,7 @@ def test_below_the_floor_is_critical_once_per_episode():
 
 
 def test_inode_table_nearly_full_is_critical_even_with_space_left():
-    clock = Clock()
+    clock = Clock(T0)
     [f] = DiskSpaceDetector(clock=clock).detect([sample(T0, 500 * GB, inodes=(10_000_000, 100_000))])
     assert f.severity is Severity.CRITICAL and f.attrs["low_inodes"] and not f.attrs["low_space"]
     assert "inodes free (1.0%)" in f.summary
@@ -132,7 +125,7 @@ def test_inode_table_nearly_full_is_critical_even_with_space_left():
 def test_flat_disk_with_noise_is_quiet():
     for seed in range(20):
         rng = random.Random(seed)
-        clock = Clock()
+        clock = Clock(T0)
         # 65 GB free (6.5%) with +-5 GB of jitter from other writers: above the floor and no trend, though
         # short stretches of jitter fitted naively would predict a full disk within the hour.
         values = [65 * GB + rng.uniform(-5, 5) * GB for _ in range(60)]
@@ -140,28 +133,28 @@ def test_flat_disk_with_noise_is_quiet():
 
 
 def test_growing_disk_is_quiet():
-    clock = Clock()
+    clock = Clock(T0)
     assert run(DiskSpaceDetector(clock=clock), clock, [100 * GB + i * GB for i in range(40)]) == []
 
 
 def test_slow_decline_far_beyond_the_horizon_is_quiet():
-    clock = Clock()
+    clock = Clock(T0)
     # 500 GB free, losing 1 GB/hour: full in three weeks, not within four hours.
     assert run(DiskSpaceDetector(clock=clock), clock, [500 * GB - i * GB / 60 for i in range(40)]) == []
 
 
 def test_too_few_points_or_too_short_a_span_is_quiet():
-    clock = Clock()
+    clock = Clock(T0)
     steep = [500 * GB - i * 50 * GB for i in range(4)]  # 4 samples: under min_points
     assert run(DiskSpaceDetector(clock=clock), clock, steep) == []
-    clock = Clock()
+    clock = Clock(T0)
     # 20 samples 10 s apart: enough points, but only 190 s of history, under min_span_s.
     burst = [80 * GB - i * 0.5 * GB for i in range(20)]
     assert run(DiskSpaceDetector(clock=clock), clock, burst, every_s=10) == []
 
 
 def test_a_trend_ends_when_old_samples_leave_the_window_and_can_come_back():
-    clock = Clock()
+    clock = Clock(T0)
     d = DiskSpaceDetector(window_s=600, clock=clock)
     decline = [120 * GB - i * GB for i in range(10)]
     flat = [111 * GB + (0.1 * GB if i % 2 else 0) for i in range(20)]
@@ -174,7 +167,7 @@ def test_a_trend_ends_when_old_samples_leave_the_window_and_can_come_back():
 
 
 def test_a_resize_restarts_the_history():
-    clock = Clock()
+    clock = Clock(T0)
     d = DiskSpaceDetector(clock=clock)
     assert run(d, clock, [120 * GB - i * GB for i in range(4)]) == []
     # Another file system (2 TB) is mounted there: the old points are its predecessor's story, so two more
@@ -185,7 +178,7 @@ def test_a_resize_restarts_the_history():
 
 
 def test_paths_are_tracked_separately():
-    clock = Clock()
+    clock = Clock(T0)
     d = DiskSpaceDetector(clock=clock)
     found = []
     for i in range(10):

@@ -18,21 +18,11 @@ from core.types import Category, Signal, SignalKind, Subject, SubjectKind
 from detectors.idle_gpu import IdleGpuDetector
 from stage.sim.dcgm_exporter import DcgmExporterSim
 from tests.helpers import holding_job, wait_until
+from tests.support import Clock
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
 W1 = ("node-w1", "10.0.0.1", 4.0)  # node id, ip, GPUs Ray advertises
 W2 = ("node-w2", "10.0.0.2", 4.0)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 def snapshot(*nodes: tuple[str, str, float]) -> Signal:
@@ -78,7 +68,7 @@ def poll(detector, clock, *signals_or_lists, every: float = 30.0):
     for item in signals_or_lists:
         flat.extend(item if isinstance(item, list) else [item])
     found = detector.detect(flat)
-    clock.advance(every)
+    clock.tick(every)
     return found
 
 
@@ -92,7 +82,7 @@ def idle_polls(detector, clock, n, *extra, value=1.0):
 
 
 def test_idle_for_the_whole_window_gives_one_finding_naming_job_owner_nodes_and_waste():
-    clock = Clock()
+    clock = Clock(T0)
     detector = IdleGpuDetector(threshold_pct=5, window_s=600, clock=clock)
     assert idle_polls(detector, clock, 20) == []  # 0 .. 570 s: not yet a whole window
     [finding] = idle_polls(detector, clock, 1)  # at 600 s
@@ -111,7 +101,7 @@ def test_idle_for_the_whole_window_gives_one_finding_naming_job_owner_nodes_and_
 
 
 def test_busy_gpus_stay_quiet_and_one_busy_poll_restarts_the_window():
-    clock = Clock()
+    clock = Clock(T0)
     detector = IdleGpuDetector(window_s=600, clock=clock)
     assert idle_polls(detector, clock, 30, value=90.0) == []
     assert idle_polls(detector, clock, 15) == []
@@ -123,15 +113,15 @@ def test_busy_gpus_stay_quiet_and_one_busy_poll_restarts_the_window():
 
 
 def test_threshold_is_strict_and_configurable():
-    clock = Clock()
+    clock = Clock(T0)
     assert idle_polls(IdleGpuDetector(threshold_pct=5, window_s=60, clock=clock), clock, 5, value=5.0) == []
-    clock = Clock()
+    clock = Clock(T0)
     detector = IdleGpuDetector(threshold_pct=10, window_s=60, clock=clock)
     assert len(idle_polls(detector, clock, 5, value=5.0)) == 1
 
 
 def test_a_job_that_is_not_running_or_released_its_gpus_is_quiet_and_ends_the_episode():
-    clock = Clock()
+    clock = Clock(T0)
     detector = IdleGpuDetector(window_s=600, clock=clock)
     for _ in range(30):
         assert poll(detector, clock, snapshot(W1), job("job-a", {W1: 4}, status="STOPPED"),
@@ -143,7 +133,7 @@ def test_a_job_that_is_not_running_or_released_its_gpus_is_quiet_and_ends_the_ep
 
 
 def test_unknown_is_not_idle_no_samples_too_few_samples_or_stale_samples():
-    clock = Clock()
+    clock = Clock(T0)
     detector = IdleGpuDetector(window_s=60, stale_after_s=120, clock=clock)
     for _ in range(10):  # no DCGM at all
         assert poll(detector, clock, snapshot(W1), job("job-a", {W1: 4})) == []
@@ -159,7 +149,7 @@ def test_unknown_is_not_idle_no_samples_too_few_samples_or_stale_samples():
 
 
 def test_a_later_idle_episode_after_busy_is_a_new_finding_with_a_new_fingerprint():
-    clock = Clock()
+    clock = Clock(T0)
     detector = IdleGpuDetector(window_s=120, clock=clock)
     [first] = idle_polls(detector, clock, 5)
     assert idle_polls(detector, clock, 2, value=80.0) == []
@@ -170,14 +160,14 @@ def test_a_later_idle_episode_after_busy_is_a_new_finding_with_a_new_fingerprint
 
 def test_same_episode_gives_the_same_fingerprint_in_a_fresh_detector():
     def run():
-        clock = Clock()
+        clock = Clock(T0)
         return idle_polls(IdleGpuDetector(window_s=120, clock=clock), clock, 5)[0].fingerprint
 
     assert run() == run()
 
 
 def test_a_poll_without_placement_changes_nothing_and_a_scrape_gap_keeps_a_reported_episode():
-    clock = Clock()
+    clock = Clock(T0)
     detector = IdleGpuDetector(window_s=120, stale_after_s=60, clock=clock)
     assert idle_polls(detector, clock, 2) == []
     assert poll(detector, clock, node_util(W1, 0, clock.now)) == []  # Ray unreachable this poll
@@ -188,7 +178,7 @@ def test_a_poll_without_placement_changes_nothing_and_a_scrape_gap_keeps_a_repor
 
 
 def test_shared_node_is_attributed_per_node_and_a_busy_neighbour_keeps_the_job_unflagged():
-    clock = Clock()
+    clock = Clock(T0)
     detector = IdleGpuDetector(window_s=60, clock=clock)
     found = []
     for _ in range(3):
@@ -201,7 +191,7 @@ def test_shared_node_is_attributed_per_node_and_a_busy_neighbour_keeps_the_job_u
         "10.0.0.1": "exact", "10.0.0.2": "per_node"}
     assert finding.confidence < 1.0
 
-    clock = Clock()
+    clock = Clock(T0)
     detector = IdleGpuDetector(window_s=60, clock=clock)
     for _ in range(6):  # another job keeps one GPU of W2 busy: which GPU is job-b's is unknown
         w2 = node_util(W2, 0, clock.now)[:3] + [util(W2[1], 3, 70.0, clock.now)]
@@ -210,7 +200,7 @@ def test_shared_node_is_attributed_per_node_and_a_busy_neighbour_keeps_the_job_u
 
 
 def test_hostname_matching_with_a_map_when_the_exporter_is_not_scraped_at_the_node_ip():
-    clock = Clock()
+    clock = Clock(T0)
     detector = IdleGpuDetector(window_s=60, node_match=("hostname",),
                                hostname_to_node_ip={"dgx-01": "10.0.0.1"}, clock=clock)
     found = []
@@ -219,7 +209,7 @@ def test_hostname_matching_with_a_map_when_the_exporter_is_not_scraped_at_the_no
         found += poll(detector, clock, snapshot(W1), job("job-a", {W1: 4}), samples)
     assert len(found) == 1
     # by instance only, the same samples (scraped at another address) match nothing
-    clock = Clock()
+    clock = Clock(T0)
     detector = IdleGpuDetector(window_s=60, node_match=("instance",), clock=clock)
     for _ in range(3):
         samples = [util("192.168.9.9", i, 0.0, clock.now, hostname="dgx-01") for i in range(4)]

@@ -9,22 +9,11 @@ import pytest
 from core.errors import ConfigError
 from core.types import Category, Signal, SignalKind, Subject, SubjectKind
 from detectors.stall import LOG_GROWTH, ProgressPattern, StallDetector
+from tests.support import Clock
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 JOB = "raysubmit_abc"
 LOG = "/tmp/ray/session/logs/job-driver-raysubmit_abc.log"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def at(self, seconds: float) -> datetime:
-        self.now = T0 + timedelta(seconds=seconds)
-        return self.now
 
 
 def job_state(status: str = "RUNNING", job: str = JOB) -> Signal:
@@ -82,7 +71,7 @@ def poll(det: StallDetector, clock: Clock, t: float, *signals: Signal):
 
 
 def test_fires_after_three_step_intervals_with_the_last_step_as_evidence() -> None:
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, clock=clock)
     assert run_steps(det, clock, log, [10.0 * i for i in range(1, 11)]) == [[]] * 10  # last step at t=100
     # interval 10 s -> threshold max(60, 30) = 60 s
@@ -105,7 +94,7 @@ def test_fires_after_three_step_intervals_with_the_last_step_as_evidence() -> No
 
 
 def test_the_threshold_follows_the_jobs_own_step_interval() -> None:
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, clock=clock)
     run_steps(det, clock, log, [40.0 * i for i in range(1, 8)])  # last step at t=280, interval 40 s
     assert poll(det, clock, 280 + 119) == []
@@ -114,7 +103,7 @@ def test_the_threshold_follows_the_jobs_own_step_interval() -> None:
 
 
 def test_progress_resuming_ends_the_episode_and_a_new_stall_is_a_new_incident() -> None:
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, clock=clock)
     run_steps(det, clock, log, [10.0 * i for i in range(1, 6)])  # last at 50
     [first] = poll(det, clock, 111)
@@ -128,7 +117,7 @@ def test_progress_resuming_ends_the_episode_and_a_new_stall_is_a_new_incident() 
 
 def test_slow_but_progressing_job_is_never_flagged() -> None:
     """The step interval grows 20 s -> ~200 s, gradually; every step still arrives."""
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, clock=clock)
     t, gap, n = 0.0, 20.0, 0
     step_times = []
@@ -146,7 +135,7 @@ def test_slow_but_progressing_job_is_never_flagged() -> None:
 
 def test_batched_lines_share_their_polls_gap() -> None:
     """A poll every 5 s reads ten 0.5 s steps at once: the interval is 0.5 s, not 0 and not 5."""
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=5, factor=3, clock=clock)
     n = 0
     for t in (5.0, 10.0, 15.0, 20.0):
@@ -164,7 +153,7 @@ def test_batched_lines_share_their_polls_gap() -> None:
 
 
 def test_only_running_jobs_are_judged() -> None:
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, clock=clock)
     for status in ("PENDING", "SUCCEEDED"):
         clock.at(0)
@@ -180,7 +169,7 @@ def test_only_running_jobs_are_judged() -> None:
 
 
 def test_a_job_that_finishes_while_stalled_ends_its_episode() -> None:
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, clock=clock)
     run_steps(det, clock, log, [10.0, 20.0, 30.0])
     [finding] = poll(det, clock, 100)
@@ -190,7 +179,7 @@ def test_a_job_that_finishes_while_stalled_ends_its_episode() -> None:
 
 
 def test_repeated_steps_and_other_lines_are_not_progress_once_a_job_prints_steps() -> None:
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, clock=clock)
     run_steps(det, clock, log, [10.0 * i for i in range(1, 6)], fmt="(Trainer pid=1) step {n}")  # last: step 5 @50
     noise = [
@@ -216,7 +205,7 @@ def test_repeated_steps_and_other_lines_are_not_progress_once_a_job_prints_steps
     ],
 )
 def test_common_progress_line_formats(fmt: str) -> None:
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, clock=clock)
     run_steps(det, clock, log, [10.0 * i for i in range(1, 8)], fmt=fmt)
     [finding] = poll(det, clock, 70 + 61)
@@ -225,7 +214,7 @@ def test_common_progress_line_formats(fmt: str) -> None:
 
 
 def test_tqdm_bar_starting_over_is_progress() -> None:
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, clock=clock)
     fmt = "Epoch {e}: {p}%|###| {n}/4 [00:01<00:01]"
     t = 0.0
@@ -239,7 +228,7 @@ def test_tqdm_bar_starting_over_is_progress() -> None:
 
 def test_a_fast_counter_does_not_hide_a_slow_one() -> None:
     """Rollout bars print every second, training steps every 100 s: silence after a rollout is normal."""
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, clock=clock)
     t = 0.0
     for step in range(1, 5):
@@ -256,7 +245,7 @@ def test_a_fast_counter_does_not_hide_a_slow_one() -> None:
 
 def test_log_growth_is_progress_for_jobs_without_step_lines() -> None:
     """Before its first step a job is judged by log growth, against the startup grace."""
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, startup_grace_s=120, clock=clock)
     for t in (10.0, 20.0, 30.0, 40.0):
         assert poll(det, clock, t, log.line(f"loading shard at {t}", clock.at(t))) == []
@@ -273,7 +262,7 @@ def test_log_growth_is_progress_for_jobs_without_step_lines() -> None:
 
 
 def test_the_first_step_ends_the_startup_grace() -> None:
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, startup_grace_s=600, clock=clock)
     assert poll(det, clock, 10, log.line("importing torch", clock.at(10))) == []
     assert poll(det, clock, 500) == []  # silent start-up, inside the grace
@@ -283,7 +272,7 @@ def test_the_first_step_ends_the_startup_grace() -> None:
 
 
 def test_gpu_activity_counts_as_progress_and_a_pinned_gpu_does_not() -> None:
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, clock=clock)
     run_steps(det, clock, log, [10.0 * i for i in range(1, 6)])  # last step at 50
     # a long eval phase without step lines, GPUs busy and varying
@@ -300,7 +289,7 @@ def test_gpu_activity_counts_as_progress_and_a_pinned_gpu_does_not() -> None:
 
 
 def test_other_streams_are_not_the_jobs_progress() -> None:
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     raylet = Log(source="raylet.out", stream="raylet")
     det = StallDetector(min_stall_s=60, factor=3, clock=clock)
     run_steps(det, clock, log, [10.0, 20.0, 30.0, 40.0])
@@ -312,7 +301,7 @@ def test_other_streams_are_not_the_jobs_progress() -> None:
 def test_fingerprint_is_stable_across_restarts() -> None:
     prints = []
     for _ in range(2):
-        clock, log = Clock(), Log()
+        clock, log = Clock(T0), Log()
         det = StallDetector(min_stall_s=60, factor=3, clock=clock)
         run_steps(det, clock, log, [10.0, 20.0, 30.0, 40.0])
         [finding] = poll(det, clock, 101 + len(prints) * 50)
@@ -321,7 +310,7 @@ def test_fingerprint_is_stable_across_restarts() -> None:
 
 
 def test_too_few_steps_wait_factor_times_the_floor() -> None:
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, clock=clock)
     run_steps(det, clock, log, [10.0])
     assert poll(det, clock, 10 + 179) == []
@@ -330,7 +319,7 @@ def test_too_few_steps_wait_factor_times_the_floor() -> None:
 
 
 def test_patterns_are_data_and_bad_ones_fail_at_start() -> None:
-    clock, log = Clock(), Log()
+    clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, patterns=[{"name": "it", "pattern": r"\bit=(?P<step>\d+)"}], clock=clock)
     run_steps(det, clock, log, [10.0, 20.0, 30.0], fmt="it={n}")
     assert poll(det, clock, 91)[0].attrs["mode"] == "steps"

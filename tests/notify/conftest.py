@@ -5,7 +5,7 @@ local HTTP receivers."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
@@ -18,22 +18,11 @@ from core.channels import ChannelConfig
 from core.types import Category, Finding, Incident, Severity, Subject, SubjectKind
 from tests.notify.platforms import Platform
 from tests.store.conftest import db_url, pg_admin  # noqa: F401 - the store tests' SQLite/PostgreSQL fixtures
+from tests.support import Clock
 
 KINDS = ("feishu", "dingtalk", "wecom", "slack", "webhook")
 SECRETS = {"feishu": "feishu-secret", "dingtalk": "SECdingtalk-secret", "webhook": "argus-secret"}
 PUBLIC_URL = "https://argus.example:8600"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime.now(timezone.utc)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def tick(self, seconds: float) -> datetime:
-        self.now += timedelta(seconds=seconds)
-        return self.now
 
 
 class Sleeps(list):
@@ -50,7 +39,7 @@ class Sleeps(list):
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(datetime.now(timezone.utc))
 
 
 @pytest.fixture

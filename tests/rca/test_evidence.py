@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from core.types import Category, Evidence, Finding, Incident, IncidentState, Severity, Subject, SubjectKind
+from core.types import Category, Finding, Incident
 from detectors.engine import load_rules
 from rca.evidence import EvidenceBuilder, LogSource, read_tail, tokens
 from rca.line_time import line_time, times_of
 from rca.redact import Redactor
+from tests.support import job, make_finding, make_incident
 
 RULES = load_rules([])
 CASES = Path(__file__).parents[1] / "rca_cases"
@@ -21,17 +23,13 @@ SECRET_KEY = "wandb_api_key=0123456789abcdef0123456789abcdef01234567"
 SECRET_BEARER = "Authorization: Bearer sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 
 
-def incident(category: Category = Category.UNKNOWN, **attrs) -> Incident:
-    return Incident(id="inc-000000000001", fingerprint="f", category=category,
-                    subject=Subject(kind=SubjectKind.JOB, id="grpo-1"), state=IncidentState.OPEN,
-                    severity=Severity.CRITICAL, summary="job grpo-1 failed", reason="JobFailed", first_seen=T0,
-                    last_seen=T0, detected_at=T0 + timedelta(seconds=20), attrs=attrs)
+def incident(category: Category = Category.UNKNOWN, **attrs: Any) -> Incident:
+    return make_incident(category=category, subject=job("grpo-1"), summary="job grpo-1 failed",
+                         detected_at=T0 + timedelta(seconds=20), attrs=attrs)
 
 
 def finding(reason: str = "JobFailed", category: Category = Category.UNKNOWN, text: str = "job failed") -> Finding:
-    return Finding(category=category, reason=reason, subject=Subject(kind=SubjectKind.JOB, id="grpo-1"),
-                   summary=text, severity=Severity.CRITICAL, evidence=(Evidence(source="ray.jobs", text=text),),
-                   first_seen=T0)
+    return make_finding(text, category=category, reason=reason, subject=job("grpo-1"))
 
 
 def case_log(name: str) -> LogSource:

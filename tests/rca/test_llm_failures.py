@@ -22,7 +22,7 @@ from stage.localstack.ports import free_port
 from tests.rca.test_report import OOM_LOG, finding, incident
 
 
-def serve(reply) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def serve(reply) -> Iterator[str]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
             self.rfile.read(int(self.headers.get("content-length") or 0))
@@ -36,7 +36,7 @@ def serve(reply) -> Iterator[str]:  # type: ignore[no-untyped-def]
             except OSError:
                 pass  # the client gave up (the slow case)
 
-        def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
+        def log_message(self, *args) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -59,7 +59,7 @@ def completion(content: str) -> bytes:
 
 @pytest.fixture
 def slow_server() -> Iterator[str]:
-    def reply():  # type: ignore[no-untyped-def]
+    def reply():
         time.sleep(5)
         return 200, completion("{}")
     yield from serve(reply)
@@ -76,7 +76,7 @@ def broken_server() -> Iterator[str]:
     yield from serve(lambda: (200, b"<html>502 Bad Gateway</html>"))
 
 
-def report_with(base_url: str, timeout_s: float = 10):  # type: ignore[no-untyped-def]
+def report_with(base_url: str, timeout_s: float = 10):
     writer = LlmWriter(base_url, "m", timeout_s=timeout_s, max_retries=0)
     engine = RcaEngine(load_rules([]), Redactor, writer=writer)
     started = time.monotonic()
@@ -84,7 +84,7 @@ def report_with(base_url: str, timeout_s: float = 10):  # type: ignore[no-untype
     return report, time.monotonic() - started
 
 
-def assert_deterministic(report) -> None:  # type: ignore[no-untyped-def]
+def assert_deterministic(report) -> None:
     assert report.generator == "deterministic" and report.category is Category.GPU_OOM
     assert report.data["llm"]["ok"] is False and report.data["llm"]["error"]
     for section in ("## Summary", "## Root cause", "## Evidence", "## Timeline", "## Impact", "## Recommended actions"):

@@ -20,7 +20,7 @@ RULES = load_rules([])
 
 
 @pytest.fixture(scope="module")
-def writer(llm_server) -> LlmWriter:  # type: ignore[no-untyped-def]
+def writer(llm_server) -> LlmWriter:
     return LlmWriter(llm_server.base_url, llm_server.model, timeout_s=240, max_retries=0)
 
 

@@ -17,7 +17,7 @@ from tests.rca.test_report import OOM_LOG, finding, incident
 
 
 @pytest.fixture
-def sim(prometheus_stack, ray_cluster):  # type: ignore[no-untyped-def]
+def sim(prometheus_stack, ray_cluster):
     worker = ray_cluster.workers[0]
     exporter = DcgmExporterSim("gpu-node-7", gpus=2, host=worker.ip).start()
     prometheus_stack.prometheus.set_targets("dcgm", [f"{exporter.host}:{exporter.port}"])
@@ -26,7 +26,7 @@ def sim(prometheus_stack, ray_cluster):  # type: ignore[no-untyped-def]
     exporter.stop()
 
 
-def test_metrics_around_the_event_per_node(prometheus_stack, ray_cluster, sim) -> None:  # type: ignore[no-untyped-def]
+def test_metrics_around_the_event_per_node(prometheus_stack, ray_cluster, sim) -> None:
     client = PrometheusClient(prometheus_stack.prometheus.url, timeout_s=5)
     ip = ray_cluster.workers[0].ip
     sim.set_gpu(0, util=97, fb_used_mib=70_000, xid=79)
@@ -48,7 +48,7 @@ def test_metrics_around_the_event_per_node(prometheus_stack, ray_cluster, sim) -
     assert "| gpu_last_xid " in report.markdown and f"| {ip} |" in report.markdown
 
 
-def test_prometheus_down_leaves_the_report_without_metrics_and_says_so(ray_cluster) -> None:  # type: ignore[no-untyped-def]
+def test_prometheus_down_leaves_the_report_without_metrics_and_says_so(ray_cluster) -> None:
     from stage.localstack.ports import free_port
 
     reader = PrometheusMetricsReader(PrometheusClient(f"http://127.0.0.1:{free_port()}", timeout_s=2))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from markdown_it import MarkdownIt
@@ -13,11 +14,8 @@ from core.types import (
     Action,
     ActionState,
     Category,
-    Evidence,
     Finding,
     Incident,
-    IncidentState,
-    Severity,
     Subject,
     SubjectKind,
 )
@@ -28,6 +26,7 @@ from rca.evidence import LogSource
 from rca.llm import LlmAnalysis, LlmOutcome
 from rca.redact import Redactor
 from rca.verdict import decide
+from tests.support import job, make_finding, make_incident
 
 RULES = load_rules([])
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
@@ -35,17 +34,14 @@ SECTIONS = ("## Summary", "## Root cause", "## Evidence", "## Timeline", "## Imp
             "## What Argus did", "## About this report")
 
 
-def incident(category: Category = Category.UNKNOWN, reason: str = "JobFailed", **attrs) -> Incident:
-    return Incident(id="inc-0000000000ab", fingerprint="f", category=category,
-                    subject=Subject(kind=SubjectKind.JOB, id="sft-7"), state=IncidentState.OPEN,
-                    severity=Severity.CRITICAL, summary="job sft-7 failed", reason=reason, first_seen=T0,
-                    last_seen=T0, detected_at=T0 + timedelta(minutes=3), attrs=attrs)
+def incident(category: Category = Category.UNKNOWN, reason: str = "JobFailed", **attrs: Any) -> Incident:
+    return make_incident(id="inc-0000000000ab", category=category, reason=reason, subject=job("sft-7"),
+                         summary="job sft-7 failed", detected_at=T0 + timedelta(minutes=3), attrs=attrs)
 
 
 def finding(reason: str, category: Category, text: str, confidence: float = 1.0) -> Finding:
-    return Finding(category=category, reason=reason, subject=Subject(kind=SubjectKind.NODE, id="n1", name="10.0.0.7"),
-                   summary=text, severity=Severity.CRITICAL, confidence=confidence,
-                   evidence=(Evidence(source="ray.state", text=text),), first_seen=T0)
+    return make_finding(text, source="ray.state", category=category, reason=reason, confidence=confidence,
+                        subject=Subject(kind=SubjectKind.NODE, id="n1", name="10.0.0.7"))
 
 
 OOM_LOG = LogSource("rank3.log", [
@@ -57,7 +53,7 @@ OOM_LOG = LogSource("rank3.log", [
 ])
 
 
-def engine(writer=None) -> RcaEngine:  # type: ignore[no-untyped-def]
+def engine(writer=None) -> RcaEngine:
     return RcaEngine(RULES, Redactor, writer=writer)
 
 
@@ -133,7 +129,7 @@ def _strong(verdict: Classification) -> Classification:
          "not a category"),
     ],
 )
-def test_whose_category_stands(verdict, llm, cited, detected, category, accepted, note) -> None:  # type: ignore[no-untyped-def]
+def test_whose_category_stands(verdict, llm, cited, detected, category, accepted, note) -> None:
     decision = decide(verdict, llm, 0.9, cited, RULES, detected=detected)
     assert decision.category is category and decision.accepted is accepted and note in decision.note
     if accepted and verdict.category is Category.UNKNOWN:
@@ -148,7 +144,7 @@ class FixedWriter:
     def __init__(self, analysis: LlmAnalysis | None, error: str | None = None) -> None:
         self.analysis, self.error = analysis, error
 
-    def analyze(self, bundle):  # type: ignore[no-untyped-def]
+    def analyze(self, bundle):
         ok = self.analysis is not None
         return LlmOutcome(ok=ok, model=self.model, seconds=1.5, analysis=self.analysis, error=self.error)
 

@@ -30,7 +30,7 @@ class Clock:
 
 
 @pytest.fixture
-def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
+def setup(tmp_path: Path):
     store = Store(f"sqlite:///{tmp_path / 'a.db'}")
     dead = f"http://127.0.0.1:{free_port()}"
     ctx = Context(jobs=JobController(dead, tmp_path / "shared"), registry=store.nodes(), nodes=None,
@@ -55,7 +55,7 @@ def form_of(link: str) -> tuple[str, dict[str, str]]:
     return parsed.path, {k: v[0] for k, v in parse_qs(parsed.query).items()}
 
 
-def test_get_shows_and_post_decides_once(setup) -> None:  # type: ignore[no-untyped-def]
+def test_get_shows_and_post_decides_once(setup) -> None:
     store, actions, links, _, client = setup
     drain = next(a for a in actions if a.kind == "drain_node")
     path, fields = form_of(links.link(drain.id, "approve"))
@@ -70,13 +70,13 @@ def test_get_shows_and_post_decides_once(setup) -> None:  # type: ignore[no-unty
     assert record.actor == "anonymous" and record.detail["via"] == "signed link"
 
 
-def test_reject_link(setup) -> None:  # type: ignore[no-untyped-def]
+def test_reject_link(setup) -> None:
     store, actions, links, _, client = setup
     path, fields = form_of(links.link(actions[0].id, "reject"))
     assert client.post(path, data=fields).json()["action"]["state"] == "rejected"
 
 
-def test_changed_foreign_and_expired_links_are_refused(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_changed_foreign_and_expired_links_are_refused(setup, tmp_path: Path) -> None:
     store, actions, links, clock, client = setup
     first, second = actions[0], actions[1]
     path, fields = form_of(links.link(first.id, "reject"))

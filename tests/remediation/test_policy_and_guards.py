@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -24,26 +25,26 @@ from core.types import (
 )
 from remediation.guards import check
 from remediation.policy import DEFAULT_POLICY, Guards, Mode, load_policy
+from tests.support import make_incident
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
 
 
-def incident(category: Category = Category.NODE_LOST, **attrs) -> Incident:  # type: ignore[no-untyped-def]
-    return Incident(id="inc-1", fingerprint="f", category=category,
-                    subject=Subject(kind=SubjectKind.NODE, id="n1", name="10.0.0.7"), state=IncidentState.OPEN,
-                    severity=Severity.CRITICAL, summary="s", reason="RayNodeDead", first_seen=NOW, last_seen=NOW,
-                    detected_at=NOW, attrs={"node_ip": "10.0.0.7", **attrs})
+def incident(category: Category = Category.NODE_LOST, **attrs: Any) -> Incident:
+    return make_incident(id="inc-1", category=category, subject=Subject(kind=SubjectKind.NODE, id="n1",
+                                                                         name="10.0.0.7"),
+                         summary="s", reason="RayNodeDead", first_seen=NOW, attrs={"node_ip": "10.0.0.7", **attrs})
 
 
 def action(kind: str, *, ago_s: float = 0, state: ActionState = ActionState.SUCCEEDED, target: str = "n1",
-           dry_run: bool = False, **result) -> Action:  # type: ignore[no-untyped-def]
+           dry_run: bool = False, **result) -> Action:
     at = NOW - timedelta(seconds=ago_s)
     return Action(id=f"act-{kind}-{ago_s}-{target}", incident_id="inc-0", kind=kind,
                   target=Subject(kind=SubjectKind.NODE, id=target), state=state, idempotency_key=f"k-{kind}-{ago_s}",
                   requested_by="policy", dry_run=dry_run, result=result, created_at=at, updated_at=at)
 
 
-def verdict(guards: Guards, todo: Action, history: list[Action], counts=(0, 10), **attrs):  # type: ignore[no-untyped-def]
+def verdict(guards: Guards, todo: Action, history: list[Action], counts=(0, 10), **attrs):
     return check(guards, todo, incident(**attrs), history, now=NOW, shared_root=Path("/nonexistent"),
                  node_counts=lambda: counts)
 
@@ -115,25 +116,25 @@ def test_resubmit_budget_and_protected_jobs() -> None:
 
 
 @pytest.fixture
-def api(tmp_path: Path):  # type: ignore[no-untyped-def]
+def api(tmp_path: Path):
     store = Store(f"sqlite:///{tmp_path / 'a.db'}")
     _, token = store.create_token("alertmanager", "operator", created_by="tests")
     yield store, TestClient(create_app(store=store), headers={"Authorization": f"Bearer {token}"})
     store.close()
 
 
-def alert(status: str = "firing", **labels) -> dict:  # type: ignore[no-untyped-def]
+def alert(status: str = "firing", **labels) -> dict:
     return {"status": status, "startsAt": "2026-05-01T12:00:00Z", "fingerprint": "abc",
             "labels": {"alertname": "GpuXidCritical", "category": "gpu_hardware", "severity": "critical",
                        "Hostname": "gpu-node-1", **labels},
             "annotations": {"summary": "Xid 79 on gpu-node-1 GPU 3", "action": "drain the node"}}
 
 
-def body(*alerts, status: str = "firing") -> dict:  # type: ignore[no-untyped-def]
+def body(*alerts, status: str = "firing") -> dict:
     return {"version": "4", "status": status, "receiver": "argus", "groupKey": "{}:{}", "alerts": list(alerts)}
 
 
-def test_alerts_become_one_incident_and_resolve_it(api) -> None:  # type: ignore[no-untyped-def]
+def test_alerts_become_one_incident_and_resolve_it(api) -> None:
     store, client = api
     first = client.post("/v1/alerts/alertmanager", json=body(alert()))
     assert first.status_code == 200 and len(first.json()["opened"]) == 1
@@ -152,13 +153,13 @@ def test_alerts_become_one_incident_and_resolve_it(api) -> None:  # type: ignore
      body({**alert(), "startsAt": "yesterday"}), body({**alert(), "labels": {"x": "y" * 5000}}),
      body(*[alert()] * 1001), [alert()]],
 )
-def test_malformed_and_hostile_webhooks_are_422_and_file_nothing(api, payload) -> None:  # type: ignore[no-untyped-def]
+def test_malformed_and_hostile_webhooks_are_422_and_file_nothing(api, payload) -> None:
     store, client = api
     assert client.post("/v1/alerts/alertmanager", json=payload).status_code in (413, 422)
     assert store.list_incidents() == []
 
 
-def test_unknown_categories_and_hostile_labels_are_kept_as_data(api) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_categories_and_hostile_labels_are_kept_as_data(api) -> None:
     store, client = api
     hostile = alert(category="rm -rf /", severity="apocalyptic", alertname="<script>x</script>")
     assert client.post("/v1/alerts/alertmanager", json=body(hostile)).status_code == 200

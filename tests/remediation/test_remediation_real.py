@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.ray]
 
 
 class Env:
-    def __init__(self, ray_cluster, tmp_path: Path, mode: Mode) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, ray_cluster, tmp_path: Path, mode: Mode) -> None:
         self.cluster = ray_cluster
         self.store = Store(f"sqlite:///{tmp_path / 'argus.db'}")
         self.shared = tmp_path / "shared"
@@ -77,15 +77,15 @@ class Env:
     def worker_index(self, node_id: str) -> int:
         return next(w.index for w in self.cluster.workers if w.node_id == node_id)
 
-    def lost_node_incident(self):  # type: ignore[no-untyped-def]
-        def opened():  # type: ignore[no-untyped-def]
+    def lost_node_incident(self):
+        def opened():
             return [i for i in self.pipeline.run_once().opened if i.category is Category.NODE_LOST]
 
         [incident] = wait_until("a node_lost incident", opened, timeout=90, interval=0.3)
         return incident
 
     def run_until_settled(self, incident_id: str, timeout: float = 180) -> list[Any]:
-        def settled():  # type: ignore[no-untyped-def]
+        def settled():
             self.remediator.run_pending()
             actions = self.store.list_actions(incident_id)
             return actions if actions and all(a.state not in (ActionState.APPROVED, ActionState.RUNNING)
@@ -100,7 +100,7 @@ class Env:
         self.store.close()
 
 
-def scenario(env: Env, ray_faults) -> tuple[Any, str, float]:  # type: ignore[no-untyped-def]
+def scenario(env: Env, ray_faults) -> tuple[Any, str, float]:
     """Submit, kill the worker the rank runs on, detect: (incident, old submission id, kill time)."""
     sid = env.submit()
     rank_node = env.log_value(sid, "RANK_NODE")
@@ -226,7 +226,7 @@ def test_a_runner_killed_mid_step_repeats_nothing(ray_cluster, tmp_path: Path) -
         proc = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "PYTHONUNBUFFERED": "1"},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-        def resubmit_running():  # type: ignore[no-untyped-def]
+        def resubmit_running():
             return any(a.kind == "resubmit_job" and a.state is ActionState.RUNNING
                        for a in env.store.list_actions(incident.id))
 

@@ -9,18 +9,18 @@ from pathlib import Path
 
 from control.jobs import JobRecord
 from core.jobfolder import JobFolder
-from core.types import Category, Incident, IncidentState, Severity, Subject, SubjectKind
+from core.types import Category, Incident, Subject, SubjectKind
 from remediation.actions import _ended_apart
+from tests.support import make_incident
 
 FAULT = datetime(2026, 11, 22, 8, 19, 50, tzinfo=timezone.utc)
 SID = "grpo-20261122T081944Z-71d9"
 
 
 def incident(incident_id: str = "inc-c3d630c2db4d") -> Incident:
-    return Incident(id=incident_id, fingerprint="f", category=Category.NODE_LOST,
-                    subject=Subject(kind=SubjectKind.NODE, id="n1", name="127.0.0.3"), state=IncidentState.OPEN,
-                    severity=Severity.CRITICAL, summary="node died", reason="RayNodeDead", first_seen=FAULT,
-                    last_seen=FAULT, detected_at=FAULT + timedelta(seconds=1))
+    return make_incident(id=incident_id, category=Category.NODE_LOST,
+                         subject=Subject(kind=SubjectKind.NODE, id="n1", name="127.0.0.3"), summary="node died",
+                         reason="RayNodeDead", first_seen=FAULT, detected_at=FAULT + timedelta(seconds=1))
 
 
 def record(status: str, ended: datetime | None, mark: str | None = None) -> JobRecord:

@@ -7,7 +7,7 @@ configures logging). To write a new revision: `argus.store.migrate.new_revision(
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from alembic import context
 from sqlalchemy import Connection
@@ -15,11 +15,14 @@ from sqlalchemy.types import TypeDecorator
 
 from argus.store.models import Base
 
+if TYPE_CHECKING:
+    from alembic.autogenerate.api import AutogenContext
+
 # Any constant: it names the lock that keeps two processes from migrating one PostgreSQL at once.
 _PG_MIGRATION_LOCK = 0x61726775
 
 
-def _render_item(type_: str, obj: Any, autogen_context: Any) -> str | bool:
+def _render_item(type_: str, obj: Any, autogen_context: AutogenContext) -> str | Literal[False]:
     # Revisions are written with plain SQLAlchemy types, so an old revision never depends on how
     # models.py cleans values today.
     if type_ == "type" and isinstance(obj, TypeDecorator):
