@@ -76,14 +76,3 @@ def holding_job(dashboard_url: str, script: Path, source: str, owner: str) -> It
     finally:
         stop()
 
-
-class RecordingSubscriber:
-    """An incident-event subscriber that keeps what it receives, in order (read it after `bus.drain()`)."""
-
-    name = "recorder"
-
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    def receive(self, event: Any) -> None:
-        self.events.append(event)

@@ -136,11 +136,6 @@ def _tree(pid: int, *, include_root: bool = True) -> list[psutil.Process]:
     return [p for p in found.values() if is_alive(p.pid)]
 
 
-def process_tree(pid: int) -> list[int]:
-    """`pid`, its descendants and every process in the process group `pid` leads."""
-    return [p.pid for p in _tree(pid)]
-
-
 def _stop_procs(procs: list[psutil.Process], grace: float, sig: int) -> list[int]:
     # psutil.Process checks the creation time before signalling, so a pid reused meanwhile is left alone.
     signalled = []

@@ -13,7 +13,7 @@ from argus.pipeline import Pipeline
 from argus.store.store import Store
 from collectors.ray_state import RayStateCollector
 from core.types import Category, Evidence, Finding, Severity, Subject, SubjectKind
-from tests.helpers import RecordingSubscriber
+from tests.support import RecordingSubscriber
 
 
 @pytest.fixture

@@ -23,7 +23,8 @@ from core.errors import NotFound
 from core.settings import load_settings
 from core.types import Category, Evidence, Finding, IncidentState, Severity, Subject, SubjectKind
 from stage.localstack.webhook_receiver import Reply, WebhookReceiver
-from tests.helpers import RecordingSubscriber, wait_until
+from tests.helpers import wait_until
+from tests.support import RecordingSubscriber
 
 T0 = datetime.now(timezone.utc)  # the correlator looks back 30 minutes from now
 

@@ -1,4 +1,5 @@
-"""Fakes the unit tests share: a clock moved by hand, and Incident / Finding builders with plain defaults.
+"""Fakes the unit tests share: a clock moved by hand, Incident / Finding builders with plain defaults, and a
+subscriber that records incident events.
 
 Nothing here starts a process or imports Ray (the real-stack helpers are tests/helpers.py and
 tests/node_helpers.py). A builder's defaults are a job's failure at T0; a test names what it cares about.
@@ -55,3 +56,15 @@ def make_finding(text: str = "job failed", *, source: str = "ray.jobs", **fields
         evidence=(Evidence(source=source, text=text),), first_seen=T0,
     )
     return Finding(**{**defaults, **fields})
+
+
+class RecordingSubscriber:
+    """An incident-event subscriber that keeps what it receives, in order (read it after `bus.drain()`)."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def receive(self, event: Any) -> None:
+        self.events.append(event)

@@ -32,7 +32,7 @@ from remediation.actions import Context
 from remediation.policy import Mode, load_policy
 from remediation.runner import Remediator
 from stage.localstack.ports import free_port
-from tests.helpers import RecordingSubscriber
+from tests.support import RecordingSubscriber
 
 SID = "grpo-20260501T120000Z-ab12"
 NODE_IP = "10.0.0.7"
