@@ -12,6 +12,9 @@ seed. Then times, on the same file:
 
 Goal: scan_stream at >= 50% of grep's MB/s. Prints a table; not a test (timings vary with load).
 
+One file past 400 lines on purpose: a benchmark is run as one script, and the log generator, the grep
+translation and the timing table only make sense together.
+
     .venv/bin/python bench/log_scan.py                 # 200 MB generated log
     .venv/bin/python bench/log_scan.py --mb 50 --runs 3
     .venv/bin/python bench/log_scan.py --file /path/to/job.log

@@ -3,6 +3,9 @@
 Every string in a NodeSpec ends up in a command line on a remote host, so the spec is strict: each field
 accepts only a narrow alphabet (no shell metacharacters, whitespace, control or non-ASCII characters)
 and a bounded length. Commands are built from validated specs only (control/commands.py).
+
+One module past 400 lines on purpose: the spec's validation, the state machine and the registries that keep
+both must agree on every field and transition; split, each would re-spell the others' rules.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ A job is judged only while its last JOB_STATE says RUNNING and only once a log l
 whose logs are not collected has no rhythm to lose). The detector returns the finding on every call while
 the stall lasts; progress ends the episode, and `pop_resolved()` hands out the fingerprints that ended.
 The fingerprint names the job and the last progress line, so one stall is one incident across restarts.
+
+One module past 400 lines on purpose: the progress patterns, the per-job rhythm and the verdict are one
+algorithm; the state they share is the detector's.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ with what it did); none raises for a failure of the cluster, and each is safe to
   refuses a second job with one id, so a retried resubmit can never start the job twice. A job still
   running (a hang) is stopped first. Drained nodes take no new work, so the new job lands elsewhere.
 - stop_job: stop the job (idle GPUs held past the grace period).
+
+One module past 400 lines on purpose: the four steps share the scene writer, the job and node lookups and the
+rule for which jobs a step may touch; apart, each would need the others' private helpers.
 """
 
 from __future__ import annotations

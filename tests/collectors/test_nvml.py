@@ -5,6 +5,8 @@ libnvidia-ml; NVML's error classes and constants, which the stand-in borrows fro
 text format (stage.sim renders it) and collectors.dcgm's parser. What is simulated: `StandInGpuHost`
 stands in for a host with GPUs, answering the handful of NVML calls the collector makes with fixed values.
 The last test reads a real GPU and runs only where NVML initialises.
+
+One file past 400 lines on purpose: the stand-in GPU host and the tests that use it are read together.
 """
 
 from __future__ import annotations

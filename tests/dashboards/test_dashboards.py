@@ -4,6 +4,8 @@ parses (real promtool) and names only metrics that exist, and the required panel
 Known metrics are never listed here: Argus's come from `ArgusMetrics().registry`, dcgm-exporter's from
 collectors/dcgm_fields.py (the simulator serves that list), Ray's from dashboards/known_metrics/ray.txt (a
 real scrape, kept honest by test_dashboards_real.py).
+
+One file past 400 lines on purpose: the dashboards are one artifact and share these fixtures (built once).
 """
 
 from __future__ import annotations
