@@ -7,6 +7,7 @@ import threading
 from datetime import datetime, timezone
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from argus.api.app import create_app
@@ -54,7 +55,7 @@ def store(tmp_path):
     s.close()
 
 
-def operator(store: Store, app) -> TestClient:  # type: ignore[no-untyped-def]
+def operator(store: Store, app: FastAPI) -> TestClient:
     _, token = store.create_token("am", "operator", created_by="tests")
     return TestClient(app, headers={"Authorization": f"Bearer {token}"})
 
