@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fastapi import APIRouter, Response
 from prometheus_client import (
@@ -47,8 +47,15 @@ from core.refs import refs_of
 from core.types import ActionState, Category, Finding, Incident, IncidentState
 from detectors.stall import JobProgress
 
-if TYPE_CHECKING:
-    from argus.store.store import Store
+
+class IncidentLister(Protocol):
+    """What refresh_incidents reads: pages of incidents in one state, newest first (argus.store.store.Store
+    has it; so does the incident desk's store)."""
+
+    def list_incidents(
+        self, *, state: IncidentState | str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Incident]: ...  # pragma: no cover
+
 
 # From a few seconds (log rules, lost nodes) to past the idle-GPU window (10 min by default).
 LATENCY_BUCKETS = (1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600, 660, 900, 1800, 3600)
@@ -226,7 +233,7 @@ class ArgusMetrics:
             if job.interval_s is not None:
                 self.job_step_interval.labels(submission_id).set(job.interval_s)
 
-    def refresh_incidents(self, store: Store) -> None:
+    def refresh_incidents(self, store: IncidentLister) -> None:
         """Count not-resolved incidents per category from the store (paged; cheap for normal counts) and
         replace the annotation series with the newest of them: resolved incidents disappear."""
         counts: dict[str, int] = {}

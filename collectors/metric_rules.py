@@ -34,10 +34,14 @@ _HOSTNAME_LABELS = ("Hostname", "hostname")
 
 
 class QueryRule(Protocol):
-    """What the collector needs of a rule (detectors.metric_rules.MetricRule has it)."""
+    """What the collector needs of a rule (detectors.metric_rules.MetricRule has it). Read-only properties,
+    not plain attributes: a frozen dataclass such as MetricRule only satisfies a protocol it may not write."""
 
-    reason: str
-    expr: str
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def expr(self) -> str: ...
 
 
 def subject_of(labels: Mapping[str, str]) -> Subject:

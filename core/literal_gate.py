@@ -27,20 +27,27 @@ them together is what keeps the two users from drifting apart again. Imports not
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, AnyStr, Generic
 
-try:  # the parser `re` itself uses; it moved in 3.11 (the old name still works but warns there)
+# The parser `re` itself uses; it moved in 3.11 (the old name still works but warns there). A version check,
+# not try/except ImportError: mypy reads it, so each branch is checked against the Python it runs on.
+if sys.version_info >= (3, 11):
+    # typeshed has no stubs for these private modules (it has the 3.10 names below)
     import re._parser as _sre_parse  # type: ignore[import-not-found]
     from re import _constants as _sre  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _sre  # type: ignore[no-redef]
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
+else:  # pragma: no cover - Python 3.10
+    import sre_constants as _sre
+    import sre_parse as _sre_parse
 
 try:  # optional: a C multi-literal search (SIMD); without it the gate regex walks the block
     import hyperscan as _hs
 except (ImportError, OSError):  # pragma: no cover - depends on the install
-    _hs = None
+    # a flag, not `_hs = None`: the module keeps its own type (hyperscan ships stubs) where it is importable
+    _hyperscan_imported = False
+else:
+    _hyperscan_imported = True
 
 __all__ = [
     "CharCosts",
@@ -150,7 +157,7 @@ def required_literals(pattern: str, cost: Callable[[set[Literal]], float] | None
     return _literal_options(list(parsed), bool(parsed.state.flags & re.IGNORECASE), cost)
 
 
-def _literal_options(items: list, icase: bool, cost: Any = None) -> list[set[Literal]]:
+def _literal_options(items: list[Any], icase: bool, cost: Any = None) -> list[set[Literal]]:
     options: list[set[Literal]] = []
     run: list[str] = []
 
@@ -316,18 +323,19 @@ def _trie(words: Iterable[str], icase: bool) -> str:
     return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
 
 
-class _Form:
+class _Form(Generic[AnyStr]):
     """The gate for one kind of text (str or bytes): its regex, and at each stop the literals to check."""
 
-    def __init__(self, pattern: str, triggers: list[tuple[Literal, int, list[tuple[Literal, int]]]], raw: bool):
-        self.regex = re.compile(pattern.encode("utf-8") if raw else pattern)
+    def __init__(self, pattern: AnyStr, triggers: list[tuple[Literal, int, list[tuple[Literal, int]]]]) -> None:
+        self.regex: re.Pattern[AnyStr] = re.compile(pattern)
+        raw = isinstance(pattern, bytes)
 
         def units(text: str) -> Any:
             return text.encode("utf-8") if raw else text
 
         # anchor unit -> [(anchor offset, trigger length, icase, {trigger (folded if icase): entries})]
         # entries: (word, icase, pattern index) for every literal that starts with the trigger
-        groups: dict[Any, dict[tuple[int, int, bool], dict[Any, list]]] = {}
+        groups: dict[Any, dict[tuple[int, int, bool], dict[Any, list[tuple[Any, bool, int]]]]] = {}
         for (trigger, icase), offset, entries in triggers:
             anchor = trigger[offset]
             before = len(units(trigger[:offset]))
@@ -413,12 +421,12 @@ class LiteralGate:
             placed.append((trigger, offset, entries))
         self.literals = tuple(trigger for trigger, _, _ in placed)
         pattern = self._pattern(placed, costs)
-        self._str = _Form(pattern, placed, raw=False) if placed else None
-        self._bytes = _Form(pattern, placed, raw=True) if placed else None
+        self._str: _Form[str] | None = _Form(pattern, placed) if placed else None
+        self._bytes: _Form[bytes] | None = _Form(pattern.encode("utf-8"), placed) if placed else None
         self._native = _NativeLiterals.build(set(self.literals)) if native and placed and not self.ungated else None
 
     @staticmethod
-    def _pattern(placed: list[tuple[Literal, int, list]], costs: CharCosts) -> str:
+    def _pattern(placed: list[tuple[Literal, int, list[tuple[Literal, int]]]], costs: CharCosts) -> str:
         # anchor spelling -> {(before, icase): [after...]}
         by_anchor: dict[str, dict[tuple[str, bool], list[str]]] = {}
         for (text, icase), offset, _ in placed:
@@ -448,7 +456,7 @@ class LiteralGate:
         """The gate regex over str (its matches are the anchor characters of literals)."""
         return self._str.regex if self._str is not None else None
 
-    def _form(self, text: Any) -> _Form | None:
+    def _form(self, text: str | bytes) -> _Form[str] | _Form[bytes] | None:
         return self._bytes if isinstance(text, (bytes, bytearray)) else self._str
 
     def starts(self, text: str | bytes, pos: int = 0, endpos: int | None = None) -> list[tuple[int, int]]:
@@ -489,7 +497,6 @@ class _NativeLiterals:
     at every anchor character. It only says which lines hold a literal; the gate regex then names them."""
 
     def __init__(self, words: set[Literal]) -> None:
-        assert _hs is not None
         ordered = sorted(words)
         # every byte spelled \xHH: the literal means exactly its bytes, whatever hyperscan's syntax
         expressions = ["".join(f"\\x{b:02x}" for b in text.encode("utf-8")).encode("ascii") for text, _ in ordered]
@@ -502,7 +509,7 @@ class _NativeLiterals:
     def build(cls, words: set[Literal]) -> _NativeLiterals | None:
         """The native search for `words`, or None (the gate regex does the work) if hyperscan is not
         installed or cannot run here."""
-        if _hs is None:
+        if not _hyperscan_imported:
             return None
         try:
             return cls(words)

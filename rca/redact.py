@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping
 from datetime import date, time, timedelta
 from decimal import Decimal
 from pathlib import PurePath
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 from uuid import UUID
 
 from core.errors import ConfigError, InputError
@@ -75,6 +75,19 @@ __all__ = ["DEFAULT_PATTERNS", "MAX_DEPTH", "Redactor"]
 MAX_DEPTH = 64
 
 _PASSTHROUGH = (bool, int, float, complex, type(None), Decimal, date, time, timedelta, UUID)
+
+
+class _NamedTuple(Protocol):
+    """What redaction needs of a named tuple: it is rebuilt, of its own class, from redacted items."""
+
+    _fields: tuple[str, ...]
+
+    @classmethod
+    def _make(cls, iterable: Iterable[Any]) -> Any: ...
+
+
+def _is_named_tuple(obj: object) -> TypeGuard[_NamedTuple]:
+    return isinstance(obj, tuple) and hasattr(obj, "_fields")
 
 
 def _ipv6(candidate: str) -> ipaddress.IPv6Address | None:
@@ -279,8 +292,8 @@ class Redactor:
                 result: Any = self._mapping(obj, depth, memo, path)
             else:
                 items = self._items(obj, depth, memo, path)
-                if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-                    result = type(obj)._make(items)  # a named tuple
+                if _is_named_tuple(obj):
+                    result = type(obj)._make(items)
                 elif isinstance(obj, (tuple, set, frozenset)):
                     result = type(obj)(items)
                 else:

@@ -45,6 +45,18 @@ class Query:
     kind: str = "promql"  # or "variable": a Grafana variable query such as label_values(...)
 
 
+def _list_at(data: Mapping[str, Any], key: str) -> list[Any]:
+    """data[key] when it is a list, else empty (hand-edited JSON may hold anything there)."""
+    value = data.get(key)
+    return value if isinstance(value, list) else []
+
+
+def _dict_at(data: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """data[key] when it is an object, else empty."""
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _panels(items: Any) -> Iterable[dict[str, Any]]:
     for panel in items if isinstance(items, list) else []:
         if isinstance(panel, dict):
@@ -56,7 +68,7 @@ def queries_of(name: str, data: Mapping[str, Any]) -> tuple[list[Query], list[Pr
     """Every PromQL expression in a dashboard's JSON, plus problems such as a target without one."""
     queries: list[Query] = []
     problems: list[Problem] = []
-    rows = data.get("rows") if isinstance(data.get("rows"), list) else []
+    rows = _list_at(data, "rows")
     all_panels = list(_panels(data.get("panels")))
     all_panels += [p for r in rows if isinstance(r, dict) for p in _panels(r.get("panels"))]
     for panel in all_panels:
@@ -70,7 +82,7 @@ def queries_of(name: str, data: Mapping[str, Any]) -> tuple[list[Query], list[Pr
                 problems.append(Problem(name, where, "has no PromQL expression"))
                 continue
             queries.append(Query(name, where, expr))
-    templating = data.get("templating") if isinstance(data.get("templating"), dict) else {}
+    templating = _dict_at(data, "templating")
     for variable in templating.get("list") or []:
         if not isinstance(variable, dict) or variable.get("type") != "query":
             continue
@@ -82,7 +94,7 @@ def queries_of(name: str, data: Mapping[str, Any]) -> tuple[list[Query], list[Pr
             problems.append(Problem(name, where, "has no query"))
             continue
         queries.append(Query(name, where, query, kind="variable"))
-    annotations = data.get("annotations") if isinstance(data.get("annotations"), dict) else {}
+    annotations = _dict_at(data, "annotations")
     for annotation in annotations.get("list") or []:
         if not isinstance(annotation, dict):
             continue
@@ -102,7 +114,7 @@ def queries_of(name: str, data: Mapping[str, Any]) -> tuple[list[Query], list[Pr
 def variable_samples(data: Mapping[str, Any]) -> dict[str, str]:
     """A value for each of the dashboard's variables to stand in when an expression is checked."""
     samples = dict(GRAFANA_BUILTINS)
-    templating = data.get("templating") if isinstance(data.get("templating"), dict) else {}
+    templating = _dict_at(data, "templating")
     for variable in templating.get("list") or []:
         if not isinstance(variable, dict) or not isinstance(variable.get("name"), str):
             continue

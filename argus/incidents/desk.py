@@ -23,7 +23,8 @@ from core.types import Action, Finding, Incident, IncidentState, Report
 
 
 class IncidentStore(Protocol):
-    """What the desk needs of the store (argus.store.store.Store implements it)."""
+    """What the desk needs of the store (argus.store.store.Store implements it), and `list_incidents`, which
+    the desk does not call but the Argus metrics read through the desk's store (argus.wiring)."""
 
     def record_finding(self, finding: Finding) -> tuple[Incident, bool]: ...  # pragma: no cover
 
@@ -36,6 +37,10 @@ class IncidentStore(Protocol):
     def set_state(self, incident_id: str, state: IncidentState | str) -> Incident: ...  # pragma: no cover
 
     def get_incident(self, incident_id: str) -> Incident: ...  # pragma: no cover
+
+    def list_incidents(
+        self, *, state: IncidentState | str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Incident]: ...  # pragma: no cover
 
 
 class Outcome(str, Enum):

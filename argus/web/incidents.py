@@ -73,7 +73,7 @@ def _choice(request: Request, name: str, kind: type[E], problems: list[str]) -> 
     try:
         return kind(value)
     except ValueError:
-        choices = ", ".join(m.value for m in kind)  # type: ignore[attr-defined]
+        choices = ", ".join(m.value for m in kind)
         problems.append(f"{name} {value[:60]!r} is not one of: {choices}")
         return None
 

@@ -104,6 +104,8 @@ def hung_rank(ctx: DemoContext) -> Injection:
                                  "--timeout 600")
     ctx.wait_log(sid, "step 10 ")  # enough steps for Argus to learn the job's rhythm
     job_id = JobSubmissionClient(ctx.cluster.dashboard_url).get_job_info(sid).job_id
+    if job_id is None:  # Ray sets it when the driver starts, and the driver has logged steps by now
+        raise RuntimeError(f"Ray has no job id for submission {sid} although it runs: check `ray job status {sid}`")
     worker2 = ctx.cluster.worker(2).node_id
     actors = list_actors(address=ctx.cluster.dashboard_url, raise_on_missing_output=False,
                          filters=[("class_name", "=", "Rank"), ("state", "=", "ALIVE"), ("job_id", "=", job_id)])

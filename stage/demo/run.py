@@ -20,7 +20,7 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from rich.console import Console, Group
@@ -41,10 +41,14 @@ from stage.demo.inject import INJECTORS, DemoContext, is_its_incident
 from stage.demo.table import Row, render
 from stage.localstack.process import poll_until
 
+if TYPE_CHECKING:
+    from argus.store.store import Store
+    from stage.localstack.llm import LlamaServer
+
 GPUS_PER_WORKER = 4
 PHASE_TIMEOUT_S = 150.0  # a fault not detected by then is reported as missed
 LLM_WAIT_S = 240.0  # at the end, how long to wait for the LLM's reports still being written
-DEMO_SETTINGS = {
+DEMO_SETTINGS: dict[str, Any] = {  # Settings overrides, of each field's own type
     "poll_interval_s": 1.0,
     "stall_min_s": 20.0,  # instead of 60: the demo's job prints a step every 0.5 s
     "idle_gpu_window_s": 30.0,  # instead of 10 minutes
@@ -268,7 +272,9 @@ class _Stack:
         self.context.prepare_code()
 
     @property
-    def store(self):  # type: ignore[no-untyped-def]
+    def store(self) -> Store:
+        if self.argus is None:
+            raise RuntimeError("Argus is not running yet: start() the stack before reading its store")
         return self.argus.service.store
 
     def refresh(self, row: Row) -> None:
@@ -281,7 +287,8 @@ class _Stack:
             if not mine:
                 return
             row.incident = min(mine, key=lambda i: i.detected_at)
-        if row.injection.at_job_end and (ended := self.context.ended_at(row.injection.submission_id)):
+        sid = row.injection.submission_id
+        if row.injection.at_job_end and sid is not None and (ended := self.context.ended_at(sid)):
             # the fault is when it showed: the first evidence, or Ray's end of the job if that came first
             row.injection.at = min(ended, row.incident.first_seen.timestamp())
             row.injection.at_job_end = False
@@ -309,7 +316,7 @@ class _Stack:
         return len([r for r in self.receiver.received if r["path"].endswith("/argus")])
 
 
-def _start_llm(work_dir: Path, progress: Progress):  # type: ignore[no-untyped-def]
+def _start_llm(work_dir: Path, progress: Progress) -> LlamaServer | None:
     """The local LLM that `make llm` installed, or None (reports are then the rule engine's)."""
     from stage.localstack.llm import LlamaServer, llm_paths
     from stage.localstack.process import REGISTRY
@@ -404,10 +411,11 @@ class _ArgusInThread:
             if self._thread:
                 self._thread.join(timeout=10)
         store = getattr(getattr(self, "service", None), "store", None)
-        for record in self._records:
-            try:
-                store.revoke_token(record.id)
-            except ArgusError:  # the demo is over either way; its token expires unused
-                pass
+        if store is not None:  # no service, no tokens
+            for record in self._records:
+                try:
+                    store.revoke_token(record.id)
+                except ArgusError:  # the demo is over either way; its token expires unused
+                    pass
         if getattr(self, "service", None) is not None:
             self.service.stop(reports_timeout_s=5)

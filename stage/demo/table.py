@@ -54,8 +54,10 @@ class Row:
         return "\n".join(parts)
 
     def report(self) -> str:
+        if self.incident is None:
+            return "—"
         if not self.reports:
-            return "—" if self.incident is None else "writing…"
+            return "writing…"
         if any(r.generator.startswith("llm") for r in self.reports):
             return f"{self.incident.id}\nrules + LLM"
         tried = [r.data["llm"] for r in self.reports if isinstance(r.data.get("llm"), dict)]

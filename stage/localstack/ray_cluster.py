@@ -56,6 +56,15 @@ _METRICS_MIN_PORT = 20000
 _STOP_GRACE_S = 15.0
 
 
+def _as_dict(state: object) -> dict[str, Any]:
+    """One row of Ray's state API as a dict: a dataclass (NodeState, ...) in the Rays we run, a dict in older ones."""
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        return dataclasses.asdict(state)
+    if isinstance(state, Mapping):
+        return dict(state)
+    raise TypeError(f"Ray's state API gave a {type(state).__name__}, neither a dataclass nor a mapping")
+
+
 @dataclass
 class RayNode:
     """One node of the cluster: its `ray start --block` process and what identifies it to Ray."""
@@ -194,7 +203,7 @@ class RayCluster:
         states = list_nodes(
             address=self.dashboard_url, detail=True, limit=10_000, timeout=10, raise_on_missing_output=False
         )
-        return [dataclasses.asdict(s) if dataclasses.is_dataclass(s) else dict(s) for s in states]
+        return [_as_dict(s) for s in states]
 
     def node_state(self, node_id: str) -> dict[str, Any] | None:
         return next((n for n in self.list_nodes() if n["node_id"] == node_id), None)

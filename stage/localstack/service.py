@@ -9,12 +9,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import ClassVar, Self
+from typing import TYPE_CHECKING, ClassVar
 
 import httpx
 
 from stage.localstack.ports import free_port
 from stage.localstack.process import DEFAULT_GRACE_S, ManagedProcess
+
+if TYPE_CHECKING:  # typing.Self is new in 3.11; Argus runs on 3.10 too
+    from typing_extensions import Self
 
 
 class LocalService(ABC):

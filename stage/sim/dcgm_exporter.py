@@ -303,7 +303,8 @@ def render_metrics(
             if counter.name == "DCGM_FI_DEV_XID_ERRORS":
                 attrs["err_code"] = str(gpu.xid)
                 attrs["err_msg"] = XID_MESSAGES.get(gpu.xid, UNKNOWN_XID_MESSAGE)
-            for job in gpu.hpc_jobs or [None]:
+            jobs: list[str | None] = [*gpu.hpc_jobs] or [None]  # one line without the label when no job
+            for job in jobs:
                 line_attrs = dict(attrs)
                 if job is not None:
                     line_attrs["hpc_job"] = job

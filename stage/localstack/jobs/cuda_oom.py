@@ -54,7 +54,9 @@ def main() -> None:
     parser.add_argument("--real", action="store_true", help="really allocate on a GPU until it fails")
     args = parser.parse_args()
     ray.init()
-    rank = Rank.options(resources={args.node: 0.1}).remote()
+    # ray.remote returns an ActorClass (typed so in ray), but mypy keeps a decorated class's own type
+    # (python/mypy#3135), which has no .options
+    rank = Rank.options(resources={args.node: 0.1}).remote()  # type: ignore[attr-defined]
     print(f"training on {args.node} with micro_batch_size=16", flush=True)
     ray.get(rank.train.remote(args.steps, args.total_gib, args.tried_gib, args.real))
 

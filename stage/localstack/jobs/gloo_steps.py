@@ -66,7 +66,12 @@ def main() -> None:
     args = parser.parse_args()
 
     ray.init()
-    ranks = [Rank.options(resources={f"worker{i + 1}": 0.1}).remote(i) for i in range(2)]
+    # ray.remote returns an ActorClass (typed so in ray), but mypy keeps a decorated class's own type
+    # (python/mypy#3135), which has no .options
+    ranks = [
+        Rank.options(resources={f"worker{i + 1}": 0.1}).remote(i)  # type: ignore[attr-defined]
+        for i in range(2)
+    ]
     master = ray.get(ranks[0].address.remote())
     print(f"rendezvous at {master[0]}:{master[1]}", flush=True)
     ray.get([r.train.remote(master, vars(args)) for r in ranks])

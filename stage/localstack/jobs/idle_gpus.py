@@ -28,7 +28,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3600)
     args = parser.parse_args()
     ray.init()
-    holder = Holder.options(num_gpus=args.gpus, resources={args.node: 0.1}).remote()
+    # ray.remote returns an ActorClass (typed so in ray), but mypy keeps a decorated class's own type
+    # (python/mypy#3135), which has no .options
+    holder = Holder.options(num_gpus=args.gpus, resources={args.node: 0.1}).remote()  # type: ignore[attr-defined]
     ray.get(holder.wait.remote(args.seconds))
 
 
