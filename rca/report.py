@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from core.refs import refs_of
 from core.types import Action, Incident, Report
 from rca.classify import Classification
 from rca.evidence import EvidenceBundle
@@ -37,10 +38,9 @@ class Impact:
 def impact_of(incident: Incident, bundle: EvidenceBundle, *, last_checkpoint_at: datetime | None = None) -> Impact:
     """Who and what the incident hit. GPU-hours lost: the job's GPUs times the time from its last checkpoint
     (the work to redo) to detection, else from the failure to detection (GPUs held while failing)."""
-    attrs, job = incident.attrs, bundle.job
-    sid = attrs.get("submission_id") or job.get("submission_id") or (
-        incident.subject.id if incident.subject.kind.value == "job" else None)
-    nodes = sorted({str(n) for n in (attrs.get("node_ip"), *job.get("nodes", ())) if n})
+    attrs, job, refs = incident.attrs, bundle.job, refs_of(incident)
+    sid = refs.submission_id or job.get("submission_id")
+    nodes = sorted({str(n) for n in (refs.node_ip, *job.get("nodes", ())) if n})
     gpus = job.get("gpus")
     if gpus is None and job.get("spec"):
         spec = job["spec"]
