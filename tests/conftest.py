@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from argus.store.store import Store
 from stage.localstack.alertmanager import Alertmanager
 from stage.localstack.process import REGISTRY
 from stage.localstack.prometheus import Prometheus
@@ -124,6 +125,15 @@ def _save_artifacts(item: pytest.Item, when: str) -> None:
 def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Work folder for the session-wide stack pieces (configs, data, process logs)."""
     return tmp_path_factory.mktemp("localstack")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """A real SQLite incident store in the test's own folder (a folder's conftest may override it, e.g. with a
+    hand-moved clock)."""
+    s = Store(f"sqlite:///{tmp_path / 'argus.db'}")
+    yield s
+    s.close()
 
 
 @pytest.fixture

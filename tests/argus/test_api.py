@@ -16,13 +16,6 @@ from core.types import Category, Evidence, Finding, Severity, Subject, SubjectKi
 from tests.support import RecordingSubscriber
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = Store(f"sqlite:///{tmp_path / 'argus.db'}")
-    yield s
-    s.close()
-
-
 def viewer(store: Store, **app_args) -> TestClient:
     """A client of the app that sends a viewer's token."""
     _, token = store.create_token("test-viewer", "viewer", created_by="tests")

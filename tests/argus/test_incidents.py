@@ -48,13 +48,6 @@ class Replay:
         return self.batches.pop(0) if self.batches else []
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = Store(f"sqlite:///{tmp_path / 'argus.db'}")
-    yield s
-    s.close()
-
-
 def operator(store: Store, app: FastAPI) -> TestClient:
     _, token = store.create_token("am", "operator", created_by="tests")
     return TestClient(app, headers={"Authorization": f"Bearer {token}"})

@@ -1,11 +1,9 @@
 """The loop's own rules: a failing source is reported and the rest carry on; a detector that needs a
 source which failed this tick skips the tick instead of judging from missing data."""
 
-import pytest
 
 from argus.incidents.desk import IncidentDesk
 from argus.pipeline import Pipeline
-from argus.store.store import Store
 from core.errors import SourceUnavailable
 from core.types import Signal, SignalKind, Subject, SubjectKind
 
@@ -34,13 +32,6 @@ class Broken:
 
     def detect(self, signals):
         raise RuntimeError("bug in a detector")
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = Store(f"sqlite:///{tmp_path / 'argus.db'}")
-    yield s
-    s.close()
 
 
 def test_detector_skips_ticks_when_a_source_it_needs_is_down(store):
