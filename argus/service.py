@@ -7,11 +7,22 @@ do) or reads the environment (the Settings passed in are the whole configuration
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
 from core.settings import Settings
+
+if TYPE_CHECKING:  # the modules load in start(): `argus --help` stays quick
+    from argus.control_plane import ControlPlane
+    from argus.daemon import Daemon
+    from argus.exporter import ArgusMetrics
+    from argus.incidents.bus import EventBus
+    from argus.incidents.desk import IncidentDesk
+    from argus.notify.dispatcher import Dispatcher
+    from argus.reports import ReportService
+    from argus.store.store import Store
+    from remediation.runner import Remediator
 
 
 class ArgusService:
@@ -20,16 +31,17 @@ class ArgusService:
     def __init__(self, settings: Settings, *, public_url: str | None = None) -> None:
         self.settings = settings
         self.public_url = public_url or f"http://{settings.api_host}:{settings.api_port}"
-        self.store: Any = None
+        # Set by start(); None before it (and after a failed start, for what it did not reach).
+        self.store: Store | None = None
         self.app: FastAPI | None = None
-        self.reports: Any = None
-        self.remediator: Any = None
-        self.dispatcher: Any = None
-        self.control: Any = None
-        self.daemon: Any = None
-        self.metrics: Any = None
-        self.events: Any = None
-        self.incidents: Any = None
+        self.reports: ReportService | None = None
+        self.remediator: Remediator | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.control: ControlPlane | None = None
+        self.daemon: Daemon | None = None
+        self.metrics: ArgusMetrics | None = None
+        self.events: EventBus | None = None
+        self.incidents: IncidentDesk | None = None
 
     def start(self) -> FastAPI:
         """Open the store, recover interrupted remediation, start the loop and the writers; return the app."""

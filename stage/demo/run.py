@@ -273,9 +273,10 @@ class _Stack:
 
     @property
     def store(self) -> Store:
-        if self.argus is None:
+        store = self.argus.service.store if self.argus is not None else None
+        if store is None:
             raise RuntimeError("Argus is not running yet: start() the stack before reading its store")
-        return self.argus.service.store
+        return store
 
     def refresh(self, row: Row) -> None:
         """Fill a row from Argus's store: its incident, the incident's actions and reports."""
@@ -378,12 +379,15 @@ class _ArgusInThread:
 
         self.service = ArgusService(self.settings)
         app = self.service.start()
+        store = self.service.store
+        if store is None:  # start() opens it first: a None here is a bug in ArgusService
+            raise RuntimeError("ArgusService.start() returned without a store")
         # The demo works through the API the way a client must: with tokens, revoked when the demo ends. The
         # suffix keeps names unique when the demo runs again on the same data dir.
         expires = datetime.now(timezone.utc) + timedelta(days=1)
         for role in ("operator",):
-            record, token = self.service.store.create_token(f"demo-{role}-{secrets.token_hex(4)}", role,
-                                                            created_by="argus demo", expires_at=expires)
+            record, token = store.create_token(f"demo-{role}-{secrets.token_hex(4)}", role,
+                                               created_by="argus demo", expires_at=expires)
             self._records.append(record)
             self.tokens[role] = token
         config = uvicorn.Config(app, host=self.settings.api_host, port=self.settings.api_port, log_config=None,
