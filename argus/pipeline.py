@@ -20,8 +20,8 @@ from loguru import logger
 from argus.incidents.correlate import filing_order
 from argus.incidents.desk import IncidentDesk, Outcome
 from core.errors import ArgusError
-from core.ports import Collector, Detector
-from core.types import Finding, Incident, Signal, utcnow
+from core.ports import Collector, Detector, Recovering
+from core.types import Finding, Incident, Recovery, Signal, utcnow
 
 
 @dataclass
@@ -50,6 +50,8 @@ class TickResult:
     signals: int = 0
     findings: list[Finding] = field(default_factory=list)
     opened: list[Incident] = field(default_factory=list)
+    recoveries: list[Recovery] = field(default_factory=list)  # faults detectors saw end this tick
+    resolved: list[Incident] = field(default_factory=list)  # the open incidents those recoveries closed
     errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -82,9 +84,11 @@ class Pipeline:
             result = TickResult(started_at=started, duration_s=0.0)
             signals = self._collect(result)
             result.signals = len(signals)
-            for finding in sorted(self._detect(signals, result), key=filing_order):
+            findings, recovering = self._detect(signals, result)
+            for finding in sorted(findings, key=filing_order):
                 result.findings.append(finding)
                 self._record(finding, result)
+            self._recover(recovering, result)
             result.duration_s = time.monotonic() - t0
             result.finished_at = self._clock()
             self.last_tick, self.ticks = result, self.ticks + 1
@@ -118,8 +122,10 @@ class Pipeline:
         status.ok, status.last_error, status.last_error_at = False, message, self._clock()
         result.errors[status.name] = message
 
-    def _detect(self, signals: list[Signal], result: TickResult) -> list[Finding]:
+    def _detect(self, signals: list[Signal], result: TickResult) -> tuple[list[Finding], list[Recovering]]:
+        """Every detector's findings, and the detectors that ran this tick and can tell recoveries."""
         findings: list[Finding] = []
+        ran: list[Recovering] = []
         for detector in self.detectors:
             blind = self.needs.get(detector.name, set()) & set(result.errors)
             if blind:
@@ -130,7 +136,26 @@ class Pipeline:
             except Exception as exc:
                 logger.opt(exception=exc).error("detector {} failed", detector.name)
                 result.errors[f"detector:{detector.name}"] = f"{type(exc).__name__}: {exc}"
-        return findings
+                continue
+            if isinstance(detector, Recovering):  # the optional second verb: which faults it saw end
+                ran.append(detector)
+        return findings, ran
+
+    def _recover(self, detectors: list[Recovering], result: TickResult) -> None:
+        """Close the open incidents whose fault a detector saw end (after this tick's findings are filed, so a
+        fault that ended and came back within one tick stays open)."""
+        for detector in detectors:
+            try:
+                recoveries = detector.recoveries()
+            except Exception as exc:
+                logger.opt(exception=exc).error("detector {} failed to tell its recoveries", detector.name)
+                result.errors[f"detector:{detector.name}"] = f"{type(exc).__name__}: {exc}"
+                continue
+            for recovery in recoveries:
+                result.recoveries.append(recovery)
+                closed = self.incidents.recover(recovery)
+                if closed is not None:
+                    result.resolved.append(closed)
 
     def _record(self, finding: Finding, result: TickResult) -> None:
         filed = self.incidents.file(finding)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from core.types import Finding, Incident, Signal
+from core.types import Finding, Incident, Recovery, Signal
 
 
 @runtime_checkable
@@ -24,6 +24,16 @@ class Detector(Protocol):
     name: str
 
     def detect(self, signals: Sequence[Signal]) -> list[Finding]: ...
+
+
+@runtime_checkable
+class Recovering(Protocol):
+    """A detector that also says when a fault it found has ended. The loop asks it after each `detect()` it ran,
+    so a detector blind this tick (a source it needs is down) claims no recovery either."""
+
+    name: str
+
+    def recoveries(self) -> list[Recovery]: ...
 
 
 @runtime_checkable

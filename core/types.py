@@ -138,6 +138,19 @@ class Finding(_Model):
             object.__setattr__(self, "fingerprint", fingerprint_of(self.category, self.subject))
 
 
+class Recovery(_Model):
+    """One detector's claim that a fault it found has ended: the open incident with this fingerprint may close.
+
+    `reason` says what ended it, in words for the record and the resolve message ("progress resumed at step
+    120", "node 10.0.0.7 is ALIVE again").
+    """
+
+    fingerprint: str = Field(min_length=1)
+    reason: str
+    detector: str
+    observed_at: datetime = Field(default_factory=utcnow)
+
+
 class Incident(_Model):
     """Findings with one fingerprint, with a lifecycle. Built by the store; read by everyone else."""
 

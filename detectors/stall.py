@@ -23,7 +23,9 @@ read in one poll share one time, so a batch of k new steps after a gap g counts 
 
 A job is judged only while its last JOB_STATE says RUNNING and only once a log line of it was seen (a job
 whose logs are not collected has no rhythm to lose). The detector returns the finding on every call while
-the stall lasts; progress ends the episode, and `pop_resolved()` hands out the fingerprints that ended.
+the stall lasts; progress ends the episode as a recovery (`recoveries()`, read by the loop after each tick,
+closes the incident). A job that leaves RUNNING while hung also ends the episode, but that is no recovery: its
+incident stays open for the failed-job path, a resubmission or a person.
 The fingerprint names the job and the last progress line, so one stall is one incident across restarts.
 
 One module past 400 lines on purpose: the progress patterns, the per-job rhythm and the verdict are one
@@ -46,6 +48,7 @@ from core.types import (
     Category,
     Evidence,
     Finding,
+    Recovery,
     Severity,
     Signal,
     SignalKind,
@@ -210,7 +213,7 @@ class StallDetector:
         self.forget_after = timedelta(seconds=forget_after_s)
         self._clock = clock
         self._jobs: dict[str, _Job] = {}
-        self._resolved: list[str] = []
+        self._recovered: list[Recovery] = []
 
     # -- the one verb ------------------------------------------------------------------------------
 
@@ -247,9 +250,9 @@ class StallDetector:
             out[job_id] = JobProgress(step=main.high, interval_s=main.interval())
         return out
 
-    def pop_resolved(self) -> list[str]:
-        """Fingerprints of stall episodes that ended (progress resumed, or the job left RUNNING)."""
-        done, self._resolved = self._resolved, []
+    def recoveries(self) -> list[Recovery]:
+        """The stall episodes that ended with progress since the last call (the second verb: see core.ports)."""
+        done, self._recovered = self._recovered, []
         return done
 
     # -- reading signals ---------------------------------------------------------------------------
@@ -319,6 +322,9 @@ class StallDetector:
                     job.gpu_activity_at = None
                 continue
             verdict = self._verdict(job, now)
+            if verdict is not None and not verdict.stalled and job.episode is not None:
+                self._recovered.append(Recovery(fingerprint=job.episode, reason=_resumed(verdict),
+                                                detector=self.name, observed_at=now))
             if verdict is None or not verdict.stalled:
                 self._end_episode(job)
                 continue
@@ -367,10 +373,9 @@ class StallDetector:
             return self.min_stall_s * self.factor
         return max(self.min_stall_s, self.factor * interval)
 
-    def _end_episode(self, job: _Job) -> None:
-        if job.episode is not None:
-            self._resolved.append(job.episode)
-            job.episode = None
+    @staticmethod
+    def _end_episode(job: _Job) -> None:
+        job.episode = None
 
     def _finding(self, job: _Job, v: _Verdict, now: datetime) -> Finding:
         stalled_s = (now - v.last_at).total_seconds()
@@ -489,3 +494,10 @@ def _quote(text: str | None, limit: int = 200) -> str:
         return "(none)"
     text = text.strip()
     return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def _resumed(v: _Verdict) -> str:
+    line = v.last_line
+    what = "steps" if v.mode == "steps" else "log lines"
+    text = (line.text or "").strip()[:200] if line is not None else ""
+    return f"progress resumed ({what}) at {v.last_at.isoformat()}" + (f": {text}" if text else "")

@@ -19,7 +19,7 @@ from loguru import logger
 from argus.incidents.bus import EventBus
 from argus.incidents.correlate import Correlator
 from argus.incidents.events import IncidentEvent
-from core.types import Action, Finding, Incident, IncidentState, Report
+from core.types import Action, Finding, Incident, IncidentState, Recovery, Report
 
 
 class IncidentStore(Protocol):
@@ -97,6 +97,14 @@ class IncidentDesk:
     def resolve(self, incident_id: str, *, by: str, reason: str = "") -> Incident:
         """Resolve the incident and announce it; NotFound for an unknown id. Resolving twice announces once."""
         return self.set_state(incident_id, IncidentState.RESOLVED, by=by, reason=reason)
+
+    def recover(self, recovery: Recovery) -> Incident | None:
+        """Resolve the open incident of a fault its detector saw end (announced with the reason); None when no
+        incident with that fingerprint is open (it was an echo filed elsewhere, or a person resolved it)."""
+        incident = self.store.find_open(recovery.fingerprint)
+        if incident is None:
+            return None
+        return self.resolve(incident.id, by=f"argus:{recovery.detector}", reason=recovery.reason)
 
     def set_state(self, incident_id: str, state: IncidentState, *, by: str, reason: str = "") -> Incident:
         """Move the incident to `state`; subscribers hear of it when its state really changed."""

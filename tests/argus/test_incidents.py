@@ -4,7 +4,7 @@ thread. Real SQLite store, real HTTP receivers, the real API and loop."""
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from fastapi import FastAPI
@@ -22,10 +22,21 @@ from argus.store.store import Store
 from argus.wiring import build_incidents
 from core.errors import NotFound
 from core.settings import load_settings
-from core.types import Category, Evidence, Finding, IncidentState, Severity, Subject, SubjectKind
+from core.types import (
+    Category,
+    Evidence,
+    Finding,
+    IncidentState,
+    Severity,
+    Signal,
+    SignalKind,
+    Subject,
+    SubjectKind,
+)
+from detectors.stall import StallDetector
 from stage.localstack.webhook_receiver import Reply, WebhookReceiver
 from tests.helpers import wait_until
-from tests.support import RecordingSubscriber
+from tests.support import Clock, RecordingSubscriber
 
 T0 = datetime.now(timezone.utc)  # the correlator looks back 30 minutes from now
 
@@ -233,3 +244,66 @@ def test_resolving_announces_once_and_names_who_and_why(store):
     mitigating = desk.set_state(incident.id, IncidentState.MITIGATING, by="argus")  # reopened: an update
     assert mitigating.state is IncidentState.MITIGATING
     assert desk.events.drain(10) and recorder.events[-1].kind is EventKind.UPDATED
+
+
+# -- a fault that ends closes its incident ---------------------------------------------------------------------------
+
+
+class Feed:
+    """A collector over signals the test hands it, one batch per tick."""
+
+    name = "feed"
+
+    def __init__(self) -> None:
+        self.batches: list[list[Signal]] = []
+
+    def collect(self) -> list[Signal]:
+        return self.batches.pop(0) if self.batches else []
+
+
+def running(sid: str) -> Signal:
+    return Signal(kind=SignalKind.JOB_STATE, source="ray.jobs", subject=Subject(kind=SubjectKind.JOB, id=sid),
+                  attrs={"status": "RUNNING", "submission_id": sid})
+
+
+def step(sid: str, n: int, at: datetime) -> Signal:
+    return Signal(kind=SignalKind.LOG_LINE, source=f"jobs/{sid}/logs/driver.log", line=n, text=f"step:{n} - loss:0.5",
+                  observed_at=at, subject=Subject(kind=SubjectKind.JOB, id=sid), attrs={"stream": "job-logs"})
+
+
+def test_a_stall_that_ends_closes_its_incident_and_webhooks_hear_why(store):
+    """The real stall detector through the real loop: 5 steps 10 s apart, silence, the incident opens; a step
+    comes again, the detector tells the recovery and the desk resolves the incident, announced with its reason."""
+    sid, clock = "raysubmit_resumes", Clock(T0)
+    feed = Feed()
+    feed.batches = [[running(sid), step(sid, n, T0 + timedelta(seconds=10 * n))] for n in range(1, 6)]
+    with WebhookReceiver() as receiver:
+        bus = EventBus().start([NotifierSubscriber(WebhookNotifier(receiver.url, attempts=1))])
+        desk = IncidentDesk(store, events=bus, correlator=Correlator(store))
+        pipeline = Pipeline(collectors=[feed], detectors=[StallDetector(min_stall_s=30, factor=3, clock=clock)],
+                            incidents=desk, clock=clock)
+        try:
+            for n in range(1, 6):
+                clock.now = T0 + timedelta(seconds=10 * n)
+                assert pipeline.run_once().opened == []
+            clock.now = T0 + timedelta(seconds=50 + 31)
+            feed.batches = [[running(sid)]]
+            [incident] = pipeline.run_once().opened
+            assert incident.category is Category.NCCL_HANG
+
+            clock.now = T0 + timedelta(seconds=90)
+            feed.batches = [[running(sid), step(sid, 6, clock.now)]]
+            tick = pipeline.run_once()
+            assert [i.id for i in tick.resolved] == [incident.id] and tick.opened == []
+            [recovery] = tick.recoveries
+            assert "progress resumed" in recovery.reason and "step:6" in recovery.reason
+            closed = store.get_incident(incident.id)
+            assert closed.state is IncidentState.RESOLVED
+
+            resolved = receiver.wait_for(lambda p: p["body"]["event"] == "incident.resolved", what="resolved")
+            assert resolved["body"]["incident"]["id"] == incident.id
+            clock.now = T0 + timedelta(seconds=95)
+            feed.batches = [[running(sid), step(sid, 7, clock.now)]]
+            assert pipeline.run_once().resolved == []  # told once
+        finally:
+            bus.close()

@@ -90,7 +90,7 @@ def test_fires_after_three_step_intervals_with_the_last_step_as_evidence() -> No
     # still stalled: the same episode, the same fingerprint
     [again] = poll(det, clock, 200)
     assert again.fingerprint == finding.fingerprint and again.attrs["stalled_s"] == pytest.approx(100.0)
-    assert det.pop_resolved() == []
+    assert det.recoveries() == []
 
 
 def test_the_threshold_follows_the_jobs_own_step_interval() -> None:
@@ -108,8 +108,11 @@ def test_progress_resuming_ends_the_episode_and_a_new_stall_is_a_new_incident() 
     run_steps(det, clock, log, [10.0 * i for i in range(1, 6)])  # last at 50
     [first] = poll(det, clock, 111)
     assert poll(det, clock, 115, log.line("step 6 loss=0.4", clock.at(115))) == []
-    assert det.pop_resolved() == [first.fingerprint]
-    assert det.pop_resolved() == []
+    [recovered] = det.recoveries()
+    assert recovered.fingerprint == first.fingerprint and recovered.detector == "stall"
+    assert recovered.reason.startswith("progress resumed (steps)") and "step 6 loss=0.4" in recovered.reason
+    assert recovered.observed_at == clock.at(115)
+    assert det.recoveries() == []
     [second] = poll(det, clock, 115 + 3 * 65 + 1)
     assert second.fingerprint != first.fingerprint
     assert second.evidence[0].line == log.n
@@ -168,14 +171,16 @@ def test_only_running_jobs_are_judged() -> None:
     assert det.detect([]) == []
 
 
-def test_a_job_that_finishes_while_stalled_ends_its_episode() -> None:
+def test_a_job_that_finishes_while_stalled_ends_its_episode_but_is_not_a_recovery() -> None:
+    """The hang ended with the job, not with progress: its incident stays open for the failed-job path."""
     clock, log = Clock(T0), Log()
     det = StallDetector(min_stall_s=60, factor=3, clock=clock)
     run_steps(det, clock, log, [10.0, 20.0, 30.0])
     [finding] = poll(det, clock, 100)
     clock.at(105)
     assert det.detect([job_state("FAILED")]) == []
-    assert det.pop_resolved() == [finding.fingerprint]
+    assert det.recoveries() == []
+    assert det.progress() == {}  # the job is no longer judged
 
 
 def test_repeated_steps_and_other_lines_are_not_progress_once_a_job_prints_steps() -> None:
@@ -256,7 +261,8 @@ def test_log_growth_is_progress_for_jobs_without_step_lines() -> None:
     assert finding.confidence < 0.8
     # a job that was quiet for 160 s and then spoke again has shown it may: it gets 3 x 160 s
     assert poll(det, clock, 200, log.line("loading shard again", clock.at(200))) == []
-    assert det.pop_resolved() == [finding.fingerprint]
+    [recovered] = det.recoveries()
+    assert recovered.fingerprint == finding.fingerprint and "progress resumed (log lines)" in recovered.reason
     assert poll(det, clock, 200 + 479) == []
     assert len(poll(det, clock, 200 + 481)) == 1
 
