@@ -8,6 +8,9 @@ drain-node) still is one: jobs lose their ranks without having planned it.
 Stateful: a node that was ALIVE and is now DEAD is reported once per process; after a restart of Argus,
 nodes that died within the lookback window are reported again and the store folds the repeat into the
 same incident (the fingerprint is the node id). Nodes that died before the window are history.
+
+Recovery: a host that rejoins Ray comes back as a new node (a new node id) with the same IP. When a node with
+the IP of a node reported lost is ALIVE again, the lost node's incident may close (`recoveries()`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from core.types import (
     Category,
     Evidence,
     Finding,
+    Recovery,
     Severity,
     Signal,
     SignalKind,
@@ -48,6 +52,8 @@ class LostNodeDetector:
         self.lookback = timedelta(seconds=lookback_s)
         self._clock = clock
         self._reported: set[str] = set()
+        self._lost: dict[str, tuple[str, str]] = {}  # node id -> (its IP, its finding's fingerprint), until it rejoins
+        self._recovered: list[Recovery] = []
 
     def detect(self, signals: Sequence[Signal]) -> list[Finding]:
         findings = []
@@ -64,8 +70,35 @@ class LostNodeDetector:
             self._reported.add(node_id)
             if planned_end(signal.attrs.get(keys.STATE_MESSAGE)):
                 continue
-            findings.append(self._finding(signal, died_at))
+            finding = self._finding(signal, died_at)
+            findings.append(finding)
+            ip = signal.attrs.get(keys.NODE_IP)
+            if isinstance(ip, str) and ip:
+                self._lost[node_id] = (ip, finding.fingerprint)
+        self._rejoined(signals)
         return findings
+
+    def recoveries(self) -> list[Recovery]:
+        """Lost nodes whose host is ALIVE in Ray again since the last call (see the module docstring)."""
+        done, self._recovered = self._recovered, []
+        return done
+
+    def _rejoined(self, signals: Sequence[Signal]) -> None:
+        if not self._lost:
+            return
+        alive = {
+            str(s.attrs.get(keys.NODE_IP)): s.subject.id
+            for s in signals
+            if s.kind is SignalKind.NODE_STATE and s.attrs.get(keys.STATE) == "ALIVE" and s.attrs.get(keys.NODE_IP)
+        }
+        for node_id, (ip, fingerprint) in list(self._lost.items()):
+            new_id = alive.get(ip)
+            if new_id is None or new_id == node_id:
+                continue
+            del self._lost[node_id]
+            self._recovered.append(Recovery(
+                fingerprint=fingerprint, detector=self.name, observed_at=self._clock(),
+                reason=f"host {ip} rejoined Ray and is ALIVE as node {new_id} (was {node_id})"))
 
     def _finding(self, signal: Signal, died_at: datetime) -> Finding:
         attrs = signal.attrs

@@ -20,7 +20,7 @@ from argus.notify.webhook import WebhookNotifier
 from argus.pipeline import Pipeline
 from argus.store.store import Store
 from collectors.ray_state import RayStateCollector
-from core.types import Category
+from core.types import Category, IncidentState
 from detectors.lost_node import LostNodeDetector
 from tests.helpers import wait_until
 
@@ -115,6 +115,18 @@ def test_killed_worker_becomes_one_incident_everywhere(ray_cluster, ray_faults, 
         shown = subprocess.run([sys.executable, "-m", "argus.cli", "incidents", "show", incident.id],
                                capture_output=True, text=True, env=env, timeout=120)
         assert worker.ip in shown.stdout and submission_id in shown.stdout
+
+        # The host comes back: Ray names it anew on the same IP; the incident closes and the webhook is told.
+        rejoined = ray_faults.restart_worker(1)
+        assert rejoined.node_id != worker.node_id and rejoined.ip == worker.ip
+
+        def closed():
+            return [i for i in pipeline.run_once().resolved if i.id == incident.id]
+
+        wait_until("the lost node's incident to close", closed, timeout=90, interval=0.5)
+        assert store.get_incident(incident.id).state is IncidentState.RESOLVED
+        told = webhook_receiver.wait_for(lambda r: r["body"]["event"] == "incident.resolved", timeout=30)
+        assert told["body"]["incident"]["id"] == incident.id
     finally:
         store.close()
         try:

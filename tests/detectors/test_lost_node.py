@@ -69,3 +69,26 @@ def test_planned_ends_are_not_losses_but_other_preemptions_are():
     assert d.detect([ended(m) for m in planned]) == []
     [spot] = d.detect([ended("Terminated due to preemption: spot instance reclaimed")])
     assert "spot instance reclaimed" in spot.summary
+
+
+def test_a_host_that_rejoins_as_a_new_node_is_a_recovery_once():
+    d = LostNodeDetector(clock=lambda: NOW)
+    [lost] = d.detect([node("n1", "DEAD", died=NOW)])
+    assert d.recoveries() == []
+    d.detect([node("n1", "DEAD", died=NOW), node("n1", "ALIVE")])  # the same id cannot come back: not a rejoin
+    assert d.recoveries() == []
+    d.detect([node("n1", "DEAD", died=NOW), node("n9", "ALIVE")])  # Ray's new node on the same IP
+    [recovery] = d.recoveries()
+    assert recovery.fingerprint == lost.fingerprint and recovery.detector == "lost_node"
+    assert "10.0.0.7 rejoined" in recovery.reason and "n9" in recovery.reason
+    d.detect([node("n1", "DEAD", died=NOW), node("n9", "ALIVE")])
+    assert d.recoveries() == []
+
+
+def test_planned_ends_and_history_are_never_recoveries():
+    d = LostNodeDetector(lookback_s=60, clock=lambda: NOW)
+    planned = node("n3", "DEAD", died=NOW)
+    planned.attrs["state_message"] = "Expected termination: received SIGTERM"
+    assert d.detect([planned, node("n4", "DEAD", died=NOW - timedelta(hours=2))]) == []
+    d.detect([node("n5", "ALIVE")])
+    assert d.recoveries() == []
