@@ -13,10 +13,20 @@ the same incident:
   from other writers, or a growing one, gives nothing. The rate is the fitted slope; the time left is the
   space available now divided by it.
 
-One finding per episode, as with metric rules: while a claim holds nothing more is reported; once it
-clears and comes back it is reported again (same fingerprint). A change of the path's total size (volume
-grown, another file system mounted there) restarts its history. After a restart the trend needs a new
+One finding per episode: while a claim holds nothing more is reported. A change of the path's total size
+(volume grown, another file system mounted there) restarts its history. After a restart the trend needs a new
 window of samples: the detector only claims a trend it has watched.
+
+Recovery (`recoveries()`, read by the loop after each `detect()`): a path's open episodes (either kind) end
+together, told once with the same fingerprints, when a sample of the path shows it clear, which is more than
+"no claim holds" so that a path hovering at a line does not open and close an incident every poll:
+- free space at or over `min_free_fraction + clear_margin` (5% + 2% by default), and inodes too when the file
+  system has an inode table (an episode set off by inodes needs an inode count to end);
+- no trend to full: a fit over the window that is judgeable (`min_points` over `min_span_s`) and does not show
+  even half the evidence that opens a trend (t under `min_trend_t / 2`) of a disk full within twice the horizon.
+A trend warning is not ended by the disk filling up: the path is not clear. Nothing ends without a fresh sample
+of the path (a missing, repeated or out-of-order sample, or too short a history after a resize, ends nothing),
+and once an episode has ended a new claim is reported again under the same fingerprint, a new incident.
 """
 
 from __future__ import annotations
@@ -29,13 +39,27 @@ from datetime import datetime, timedelta
 
 from core import signal_keys as keys
 from core.errors import ConfigError
-from core.types import Category, Evidence, Finding, Severity, Signal, SignalKind, Subject, fingerprint_of, utcnow
+from core.types import (
+    Category,
+    Evidence,
+    Finding,
+    Recovery,
+    Severity,
+    Signal,
+    SignalKind,
+    Subject,
+    fingerprint_of,
+    utcnow,
+)
 
 METRIC = keys.STORAGE_FREE_BYTES_METRIC
 THRESHOLD = "threshold"
 TREND = "trend"
 _GB = 1e9
 _MAX_POINTS = 4096  # per path; at one poll every 15 s this is 17 hours, far more than any sane window
+# An open episode stays open on weaker evidence of a trend than opens one (hysteresis, see the docstring).
+_KEEP_T_FACTOR = 0.5
+_KEEP_HORIZON_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -59,11 +83,21 @@ class _Fit:
 @dataclass
 class _PathState:
     history: deque[_Point] = field(default_factory=lambda: deque(maxlen=_MAX_POINTS))
-    active: set[str] = field(default_factory=set)  # kinds whose episode is open (already reported)
+    active: dict[str, Finding] = field(default_factory=dict)  # kind -> the finding that opened its episode
 
 
 def _gb(n: float) -> str:
     return f"{n / _GB:.2f} GB"
+
+
+def _inodes(signal: Signal) -> tuple[float, float, float | None]:
+    """(inodes available, inode table size, their fraction); the fraction is None without an inode table."""
+    inodes_total = float(signal.attrs.get(keys.INODES_TOTAL) or 0)
+    reported_avail = signal.attrs.get(keys.INODES_AVAIL, signal.attrs.get(keys.INODES_FREE))
+    inodes_avail = float(reported_avail) if reported_avail is not None else 0.0
+    # Some file systems (btrfs, some NFS servers) report no inode table (0): they cannot run out of inodes.
+    inode_fraction = inodes_avail / inodes_total if inodes_total > 0 and reported_avail is not None else None
+    return inodes_avail, inodes_total, inode_fraction
 
 
 def _fit(points: Sequence[_Point]) -> _Fit:
@@ -98,6 +132,7 @@ class DiskSpaceDetector:
         min_points: int = 5,
         min_span_s: float = 300.0,
         min_trend_t: float = 4.0,
+        clear_margin: float = 0.02,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         if not 0 < min_free_fraction < 1:
@@ -112,14 +147,21 @@ class DiskSpaceDetector:
             raise ConfigError(f"disk_space min_points={min_points} must be >= 3 to judge a fit", hint="e.g. 5")
         if min_trend_t <= 0:
             raise ConfigError(f"disk_space min_trend_t={min_trend_t} must be > 0", hint="e.g. 4")
+        if clear_margin < 0 or min_free_fraction + clear_margin >= 1:
+            raise ConfigError(
+                f"disk_space clear_margin={clear_margin} must be >= 0 and leave min_free_fraction + clear_margin < 1",
+                hint="e.g. 0.02: an episode at a 5% floor ends at 7% free",
+            )
         self.min_free_fraction = min_free_fraction
         self.horizon = timedelta(seconds=horizon_s)
         self.window = timedelta(seconds=window_s)
         self.min_points = min_points
         self.min_span_s = min_span_s
         self.min_trend_t = min_trend_t
+        self.clear_margin = clear_margin
         self._clock = clock
         self._paths: dict[str, _PathState] = {}
+        self._recovered: list[Recovery] = []
 
     def detect(self, signals: Sequence[Signal]) -> list[Finding]:
         now = self._clock()
@@ -145,25 +187,78 @@ class DiskSpaceDetector:
             while history and now - history[0].at > self.window:
                 history.popleft()
 
-            for kind, finding in ((THRESHOLD, self._threshold(signal, point, now)),
-                                  (TREND, self._trend(signal, state, now))):
-                if finding is None:
-                    state.active.discard(kind)
-                elif kind not in state.active:
-                    state.active.add(kind)
+            claims = {THRESHOLD: self._threshold(signal, point, now), TREND: self._trend(signal, state, now)}
+            for kind, finding in claims.items():
+                if finding is not None and kind not in state.active:
+                    state.active[kind] = finding
                     findings.append(finding)
+            if state.active and not any(claims.values()):
+                self._end_if_clear(signal, point, state, now)
         return findings
+
+    def recoveries(self) -> list[Recovery]:
+        """The reported episodes that ended since the last call (the second verb: see core.ports)."""
+        done, self._recovered = self._recovered, []
+        return done
+
+    # -- recovery --------------------------------------------------------------------------------------
+
+    def _end_if_clear(self, signal: Signal, point: _Point, state: _PathState, now: datetime) -> None:
+        """End every open episode of the path when this sample shows it clear (see the module docstring)."""
+        line = self.min_free_fraction + self.clear_margin
+        fraction = point.avail / point.total
+        if fraction < line:
+            return
+        inodes_avail, inodes_total, inode_fraction = _inodes(signal)
+        if inode_fraction is None:
+            opened = state.active.get(THRESHOLD)
+            if opened is not None and opened.attrs.get("low_inodes"):
+                return  # inodes set it off and this sample does not count them
+        elif inode_fraction < line:
+            return
+        trend = self._no_trend(state)
+        if trend is None:
+            return
+        space = f"{_gb(point.avail)} of {_gb(point.total)} free ({fraction:.1%})"
+        if inode_fraction is not None:
+            space += f" and {int(inodes_avail):,} of {int(inodes_total):,} inodes ({inode_fraction:.1%})"
+        reason = f"shared storage {signal.subject.id} has {space} again, over the {line:.0%} line; {trend}"
+        for finding in state.active.values():
+            self._recovered.append(Recovery(fingerprint=finding.fingerprint, reason=reason, detector=self.name,
+                                            observed_at=now))
+        state.active.clear()
+
+    def _no_trend(self, state: _PathState) -> str | None:
+        """Words for "no trend to full" when the path's history shows none even on weaker evidence; None when it
+        does, or when the history is too short to tell."""
+        fit = self._judgeable_fit(state)
+        if fit is None:
+            return None
+        over = f"over the last {fit.span_s / 60:.0f} min"
+        if fit.slope >= 0:
+            return f"free space not falling {over}"
+        if fit.t_stat > -self.min_trend_t * _KEEP_T_FACTOR:
+            return f"no clear decline of free space {over}"
+        eta_s = fit.last.avail / -fit.slope
+        if eta_s <= self.horizon.total_seconds() * _KEEP_HORIZON_FACTOR:
+            return None
+        return (f"falling {-fit.slope * 3600.0 / _GB:.2f} GB/hour {over}, full in about {eta_s / 3600:.1f} h, well "
+                f"beyond the {self.horizon.total_seconds() / 3600:.1f} h horizon")
+
+    def _judgeable_fit(self, state: _PathState) -> _Fit | None:
+        """The fit of the path's window, or None when too few points or too short a span to judge."""
+        points = list(state.history)
+        if len(points) < self.min_points:
+            return None
+        fit = _fit(points)
+        return fit if fit.span_s >= self.min_span_s else None
 
     # -- the two claims --------------------------------------------------------------------------------
 
     def _threshold(self, signal: Signal, point: _Point, now: datetime) -> Finding | None:
         path = signal.subject.id
         fraction = point.avail / point.total
-        inodes_total = float(signal.attrs.get(keys.INODES_TOTAL) or 0)
-        reported_avail = signal.attrs.get(keys.INODES_AVAIL, signal.attrs.get(keys.INODES_FREE))
-        inodes_avail = float(reported_avail) if reported_avail is not None else 0.0
-        # Some file systems (btrfs, some NFS servers) report no inode table (0): they cannot run out of inodes.
-        inode_fraction = inodes_avail / inodes_total if inodes_total > 0 and reported_avail is not None else None
+        inodes_avail, inodes_total, inode_fraction = _inodes(signal)
         low_space = fraction < self.min_free_fraction
         low_inodes = inode_fraction is not None and inode_fraction < self.min_free_fraction
         if not (low_space or low_inodes):
@@ -213,11 +308,8 @@ class DiskSpaceDetector:
         )
 
     def _trend(self, signal: Signal, state: _PathState, now: datetime) -> Finding | None:
-        points = list(state.history)
-        if len(points) < self.min_points:
-            return None
-        fit = _fit(points)
-        if fit.span_s < self.min_span_s or fit.slope >= 0 or fit.t_stat > -self.min_trend_t:
+        fit = self._judgeable_fit(state)
+        if fit is None or fit.slope >= 0 or fit.t_stat > -self.min_trend_t:
             return None  # too little to judge, flat, growing, or a slope the jitter could explain
         last = fit.last
         eta_s = max(0.0, last.avail / -fit.slope)

@@ -27,6 +27,17 @@ episode start, so a later idle episode is a new incident. A poll without placeme
 changes nothing; a poll where the job's GPUs are unknown restarts a not-yet-reported window and keeps a
 reported episode open (a scrape gap is not a new episode). After an Argus restart the window starts
 again: the detector only claims idleness it has watched.
+
+Recovery (`recoveries()`, read by the loop after each `detect()`): a reported episode that ends closes its
+incident, told once, with what ended it. Ends are the ones above, judged as idleness is: one poll in which a GPU
+of one of the job's nodes has a fresh sample at or over the threshold ("GPU utilisation back to 37% on 10.0.0.3
+GPU 2"; on a shared node that GPU may be a neighbour's, as for flagging, and the reason says so), or the job
+leaving RUNNING or holding no GPUs in a placement snapshot ("job raysubmit_x released its GPUs (STOPPED)"; a
+job that left RUNNING while a detached actor keeps its GPUs is named so: it is no longer this detector's).
+One busy poll is enough because it already ends the episode, and a later idle stretch is a new episode with a
+new fingerprint that must last a whole window again, so a job hovering at the threshold cannot open and close
+an incident every poll. No recovery without data: a poll without placement, or with the job's GPUs unknown
+(no fresh samples), ends nothing; an episode reported by an earlier process is not claimed.
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ from core.types import (
     Category,
     Evidence,
     Finding,
+    Recovery,
     Severity,
     Signal,
     SignalKind,
@@ -73,7 +85,7 @@ class _Sample:
 @dataclass
 class _Episode:
     idle_since: datetime
-    reported: bool = False
+    fingerprint: str | None = None  # set when the episode is reported: its incident's, for the recovery
     max_util: float = 0.0
     gpu_samples: dict[str, _Sample] = field(default_factory=dict)
 
@@ -121,6 +133,7 @@ class IdleGpuDetector:
         self._clock = clock
         self._samples: dict[str, _Sample] = {}  # GPU UUID -> latest sample (max of one poll's values)
         self._episodes: dict[str, _Episode] = {}  # job key -> current idle episode
+        self._recovered: list[Recovery] = []
 
     # -- the one verb ----------------------------------------------------------------------------------
 
@@ -147,8 +160,9 @@ class IdleGpuDetector:
         node_gpus = self._samples_by_node(snapshot)
         findings = []
         running = set()
+        statuses = {job.subject.id: job.attrs.get(keys.STATUS) for job in jobs}
         for job in jobs:
-            if job.attrs.get(keys.STATUS) != "RUNNING":
+            if statuses[job.subject.id] != "RUNNING":
                 continue
             key = job.subject.id
             running.add(key)
@@ -160,9 +174,14 @@ class IdleGpuDetector:
             if finding is not None:
                 findings.append(finding)
         for key in list(self._episodes):
-            if key not in running:
-                del self._episodes[key]  # the job ended or released its GPUs: the episode is over
+            if key not in running:  # the job ended or released its GPUs: the episode is over
+                self._end(self._episodes.pop(key), _released(key, statuses.get(key), jobs), now)
         return findings
+
+    def recoveries(self) -> list[Recovery]:
+        """The reported idle episodes that ended since the last call (the second verb: see core.ports)."""
+        done, self._recovered = self._recovered, []
+        return done
 
     # -- samples and nodes -----------------------------------------------------------------------------
 
@@ -239,10 +258,13 @@ class IdleGpuDetector:
         states = {v.state for v in verdicts}
         episode = self._episodes.get(key)
         if not verdicts or "busy" in states:
-            self._episodes.pop(key, None)
+            if episode is not None:
+                del self._episodes[key]
+                reason = self._busy_again(verdicts) if verdicts else _released(key, "RUNNING", [])
+                self._end(episode, reason, now)
             return None
         if "unknown" in states:
-            if episode is not None and not episode.reported:
+            if episode is not None and episode.fingerprint is None:
                 del self._episodes[key]
             return None
         if episode is None:
@@ -251,10 +273,30 @@ class IdleGpuDetector:
             for sample in verdict.samples:
                 episode.max_util = max(episode.max_util, sample.value)
                 episode.gpu_samples[sample.uuid] = sample
-        if episode.reported or now - episode.idle_since < self.window:
+        if episode.fingerprint is not None or now - episode.idle_since < self.window:
             return None
-        episode.reported = True
-        return self._finding(job, verdicts, episode, now)
+        finding = self._finding(job, verdicts, episode, now)
+        episode.fingerprint = finding.fingerprint
+        return finding
+
+    def _end(self, episode: _Episode, reason: str, now: datetime) -> None:
+        """An episode is over; if it was reported here, its incident may close."""
+        if episode.fingerprint is not None:
+            self._recovered.append(Recovery(fingerprint=episode.fingerprint, reason=reason, detector=self.name,
+                                            observed_at=now))
+
+    def _busy_again(self, verdicts: list[_NodeVerdict]) -> str:
+        """Why a busy poll ended the episode: the busiest GPU of the job's busy nodes."""
+        verdict, sample = max(
+            ((v, s) for v in verdicts if v.state == "busy" for s in v.samples), key=lambda vs: vs[1].value
+        )
+        reason = (
+            f"GPU utilisation back to {sample.value:g}% on {verdict.node.get('node_ip')} GPU {sample.index} "
+            f"(at or over the {self.threshold_pct:g}% threshold)"
+        )
+        if not verdict.node.get("whole_node"):
+            reason += "; the job shares that node and Ray does not say which GPUs are its own: it may be a neighbour's"
+        return reason
 
     def _finding(
         self, job: Signal, verdicts: list[_NodeVerdict], episode: _Episode, now: datetime
@@ -342,3 +384,14 @@ class IdleGpuDetector:
                 "max_util_pct": episode.max_util,
             },
         )
+
+
+def _released(key: str, status: str | None, jobs: Sequence[Signal]) -> str:
+    """Why the episode of a job no longer judged ended: it left RUNNING, or it holds no GPUs now."""
+    if status is None or status == "RUNNING":
+        return f"job {key} released its GPUs (it holds none in Ray's placement now)"
+    held = sum(float(j.value or 0) for j in jobs if j.subject.id == key)
+    if not held:
+        return f"job {key} released its GPUs ({status})"
+    # a detached actor outlives its job (collectors/placement.py): the episode, about a RUNNING job, is over
+    return f"job {key} left RUNNING ({status}); Ray still counts {held:g} GPU(s) held by its actors"

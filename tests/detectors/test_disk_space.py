@@ -106,8 +106,10 @@ def test_below_the_floor_is_critical_once_per_episode():
 
     clock.now += timedelta(minutes=1)
     assert d.detect([sample(clock.now, 29 * GB)]) == []  # still full: same episode
-    clock.now += timedelta(minutes=1)
-    assert d.detect([sample(clock.now, 300 * GB)]) == []  # cleaned up: the episode ends
+    for _ in range(4):  # cleaned up: the episode ends once the history can tell there is no trend (5 min)
+        clock.now += timedelta(minutes=1)
+        assert d.detect([sample(clock.now, 300 * GB)]) == []
+    assert [r.fingerprint for r in d.recoveries()] == [f.fingerprint]
     clock.now += timedelta(minutes=1)
     [again] = d.detect([sample(clock.now, 20 * GB)])
     assert again.fingerprint == f.fingerprint
@@ -192,6 +194,117 @@ def test_paths_are_tracked_separately():
 
 def test_bad_config_is_refused():
     for kw in ({"min_free_fraction": 0}, {"min_free_fraction": 1.5}, {"horizon_s": 0}, {"window_s": 100},
-               {"min_points": 2}, {"min_trend_t": 0}):
+               {"min_points": 2}, {"min_trend_t": 0}, {"clear_margin": -0.01}, {"clear_margin": 0.95}):
         with pytest.raises(ConfigError):
             DiskSpaceDetector(**kw)
+
+
+# -- recovery ------------------------------------------------------------------------------------------------
+
+
+def feed(d: DiskSpaceDetector, clock: Clock, values, *, start: int = 0, every_s: float = 60.0, **kw):
+    """Like `run`, from poll `start` on; returns (findings, recoveries) as (poll index, value) pairs."""
+    found, recovered = [], []
+    for i, avail in enumerate(values, start=start):
+        clock.now = T0 + timedelta(seconds=i * every_s)
+        found += [(i, f) for f in d.detect([sample(clock.now, avail, **kw)])]
+        recovered += [(i, r) for r in d.recoveries()]
+    return found, recovered
+
+
+def test_a_cleaned_up_disk_recovers_once_with_the_fingerprint_it_was_reported_under():
+    clock = Clock(T0)
+    d = DiskSpaceDetector(clock=clock)
+    found, recovered = feed(d, clock, [30 * GB, 29 * GB] + [300 * GB] * 10)
+    [(_, full)] = found
+    # not before poll 5: until then the history (5 points over 5 minutes) is too short to say "no trend"
+    [(i, recovery)] = recovered
+    assert i == 5 and recovery.fingerprint == full.fingerprint and recovery.detector == "disk_space"
+    assert recovery.observed_at == T0 + timedelta(minutes=5)
+    assert recovery.reason.startswith(f"shared storage {PATH} has 300.00 GB of 1000.00 GB free (30.0%) and ")
+    assert "inodes (50.0%) again, over the 7% line; free space not falling over the last 5 min" in recovery.reason
+
+
+def test_hovering_at_the_floor_is_one_episode_without_recoveries_until_past_the_margin():
+    clock = Clock(T0)
+    d = DiskSpaceDetector(clock=clock)
+    # 4.9% / 6.9%, every other minute, for 20 minutes: under the floor, then over it but under floor + margin
+    hovering = [49 * GB if i % 2 else 69 * GB for i in range(20)]
+    found, recovered = feed(d, clock, hovering)
+    assert [i for i, _ in found] == [1] and recovered == []
+    found, recovered = feed(d, clock, [71 * GB] * 3, start=20)  # over 7% and flat around it: now it ends
+    assert found == [] and [i for i, _ in recovered] == [20]
+    # a wider margin would have kept it open
+    clock = Clock(T0)
+    wide = DiskSpaceDetector(clock=clock, clear_margin=0.03)
+    assert feed(wide, clock, hovering + [71 * GB] * 3)[1] == []
+
+
+def test_an_inode_episode_ends_only_on_inodes_counted_and_back_over_the_line():
+    clock = Clock(T0)
+    d = DiskSpaceDetector(clock=clock)
+    found, recovered = feed(d, clock, [500 * GB] * 6, inodes=(10_000_000, 100_000))
+    [(_, opened)] = found
+    assert opened.attrs["low_inodes"] and recovered == []
+    # inodes over the floor but under floor + margin: not yet
+    assert feed(d, clock, [500 * GB] * 2, start=6, inodes=(10_000_000, 600_000)) == ([], [])
+    # the file system stopped reporting its inode table: what set the episode off is not seen, so not "fine"
+    assert feed(d, clock, [500 * GB] * 2, start=8, inodes=(0, 0)) == ([], [])
+    _, recovered = feed(d, clock, [500 * GB], start=10, inodes=(10_000_000, 4_000_000))
+    [(_, recovery)] = recovered
+    assert recovery.fingerprint == opened.fingerprint and "4,000,000 of 10,000,000 inodes (40.0%)" in recovery.reason
+
+
+def test_a_trend_recovers_when_the_writer_stops_not_while_it_still_fills_slower():
+    clock = Clock(T0)
+    d = DiskSpaceDetector(clock=clock)
+    # 120 GB losing 40 GB/hour for 10 min (reported), then 20 GB/hour for an hour: full in about 5 h, past the
+    # 4 h horizon (no claim) but within twice it, so the episode stays open
+    fast = [120 * GB - i * (40 * GB / 60) for i in range(10)]
+    slow = [fast[-1] - i * (20 * GB / 60) for i in range(1, 61)]
+    found, recovered = feed(d, clock, fast + slow)
+    [(i, trend)] = found
+    assert i == 5 and trend.reason == "StorageFillingUp" and recovered == []
+    found, recovered = feed(d, clock, [slow[-1]] * 40, start=70)  # the writer stopped: flat from here
+    [(i, recovery)] = recovered
+    assert found == [] and recovery.fingerprint == trend.fingerprint
+    assert 70 < i < 100 and "94.00 GB of 1000.00 GB free (9.4%)" in recovery.reason
+    # the window still holds some of the decline: the fit ends the episode once it says full beyond twice the horizon
+    assert "over the last 30 min, full in about" in recovery.reason and "beyond the 4.0 h horizon" in recovery.reason
+
+
+def test_a_trend_that_fills_the_disk_is_not_recovered_until_it_is_cleaned_up_then_both_end():
+    clock = Clock(T0)
+    d = DiskSpaceDetector(clock=clock)
+    # 80 GB free losing 2 GB a minute down to 20 GB, then full and flat at 20 GB (2%)
+    values = [80 * GB - i * 2 * GB for i in range(31)] + [20 * GB] * 40
+    found, recovered = feed(d, clock, values)
+    assert [f.attrs["kind"] for _, f in found] == ["trend", "threshold"] and recovered == []
+    _, recovered = feed(d, clock, [400 * GB] * 10, start=71)
+    [(i, first), (j, second)] = recovered
+    assert i == j and {first.fingerprint, second.fingerprint} == {f.fingerprint for _, f in found}
+    assert first.reason == second.reason and "not falling" in first.reason
+
+
+def test_no_recovery_without_a_fresh_sample_of_the_path():
+    clock = Clock(T0)
+    d = DiskSpaceDetector(clock=clock)
+    feed(d, clock, [30 * GB] + [31 * GB] * 5)
+    for minute in range(6, 16):  # only another path is sampled: /mnt/shared is not seen, so not "fine"
+        clock.now = T0 + timedelta(minutes=minute)
+        d.detect([sample(clock.now, 900 * GB, path="/private")])
+        assert d.recoveries() == []
+    clock.now = T0 + timedelta(minutes=16)
+    # a repeat of the last sample (same time) says nothing new, even with other numbers
+    d.detect([sample(T0 + timedelta(minutes=5), 900 * GB)])
+    assert d.recoveries() == []
+    # the volume was grown to 2 TB: its history starts again, too short to judge a trend until 5 points span
+    # 5 minutes (16 .. 21)
+    _, recovered = feed(d, clock, [1500 * GB] * 8, start=16, total=2 * TB)
+    assert [i for i, _ in recovered] == [21]
+
+
+def test_a_fresh_detector_claims_nothing_it_did_not_report():
+    clock = Clock(T0)
+    d = DiskSpaceDetector(clock=clock)
+    assert feed(d, clock, [900 * GB] * 20) == ([], [])
