@@ -225,6 +225,96 @@ def test_bad_settings_are_config_errors():
         IdleGpuDetector(window_s=0)
 
 
+# -- recovery ------------------------------------------------------------------------------------------
+
+
+def test_gpus_used_again_close_the_episode_once_naming_the_busiest_gpu():
+    clock = Clock(T0)
+    detector = IdleGpuDetector(threshold_pct=5, window_s=120, clock=clock)
+    [finding] = idle_polls(detector, clock, 5)
+    assert detector.recoveries() == []
+    assert idle_polls(detector, clock, 3) == [] and detector.recoveries() == []  # still idle
+    at = clock.now
+    busy = [util(W1[1], 0, 1.0, at), util(W1[1], 1, 12.0, at), util(W1[1], 2, 37.0, at), util(W1[1], 3, 0.0, at)]
+    assert poll(detector, clock, snapshot(W1), job("job-a", {W1: 4}), busy) == []
+    [recovery] = detector.recoveries()
+    assert recovery.fingerprint == finding.fingerprint and recovery.detector == "idle_gpu"
+    assert recovery.observed_at == at
+    assert recovery.reason == "GPU utilisation back to 37% on 10.0.0.1 GPU 2 (at or over the 5% threshold)"
+    assert idle_polls(detector, clock, 3, value=80.0) == [] and detector.recoveries() == []  # told once
+
+
+def test_no_recovery_on_missing_data_nor_for_an_episode_never_reported():
+    clock = Clock(T0)
+    detector = IdleGpuDetector(window_s=120, stale_after_s=60, clock=clock)
+    assert idle_polls(detector, clock, 3) == []  # idle, not yet a whole window
+    assert idle_polls(detector, clock, 1, value=50.0) == []
+    assert detector.recoveries() == []  # the busy poll ended an episode nobody was told of
+    [finding] = idle_polls(detector, clock, 5)
+    for _ in range(4):  # DCGM gone: the GPUs are unknown, not busy
+        assert poll(detector, clock, snapshot(W1), job("job-a", {W1: 4})) == []
+    assert detector.recoveries() == []
+    # busy samples that match no node of the job (another host's exporter)
+    assert poll(detector, clock, snapshot(W1, W2), job("job-a", {W1: 4}), node_util(W2, 90.0, clock.now)) == []
+    assert detector.recoveries() == []
+    assert poll(detector, clock, node_util(W1, 90.0, clock.now)) == []  # busy samples but no placement
+    assert detector.recoveries() == []
+    # the next poll with placement judges them (still fresh): the job's GPUs are busy
+    assert poll(detector, clock, snapshot(W1), job("job-a", {W1: 4})) == []
+    [recovery] = detector.recoveries()
+    assert recovery.fingerprint == finding.fingerprint and "back to 90% on 10.0.0.1" in recovery.reason
+
+
+def test_a_job_that_leaves_running_or_releases_its_gpus_closes_its_episode():
+    clock = Clock(T0)
+    detector = IdleGpuDetector(window_s=60, clock=clock)
+    [first] = idle_polls(detector, clock, 3)
+    # STOPPED, yet an actor of it still holds the GPUs in Ray (a detached actor outlives its job)
+    assert poll(detector, clock, snapshot(W1), job("job-a", {W1: 4}, status="STOPPED"),
+                node_util(W1, 0, clock.now)) == []
+    [left] = detector.recoveries()
+    assert left.fingerprint == first.fingerprint
+    assert left.reason == "job job-a left RUNNING (STOPPED); Ray still counts 4 GPU(s) held by its actors"
+
+    [second] = idle_polls(detector, clock, 3)  # RUNNING again (a resubmission under the same key): a new episode
+    assert poll(detector, clock, snapshot(W1), node_util(W1, 0, clock.now)) == []  # gone from the placement
+    [released] = detector.recoveries()
+    assert released.fingerprint == second.fingerprint != first.fingerprint
+    assert released.reason == "job job-a released its GPUs (it holds none in Ray's placement now)"
+
+    [third] = idle_polls(detector, clock, 3)
+    gone = job("job-a", {W1: 4}, status="STOPPED").model_copy(update={"value": 0.0})
+    assert poll(detector, clock, snapshot(W1), gone, node_util(W1, 0, clock.now)) == []
+    assert [(r.fingerprint, r.reason) for r in detector.recoveries()] == [
+        (third.fingerprint, "job job-a released its GPUs (STOPPED)")]
+
+
+def test_flapping_at_the_threshold_closes_once_and_opens_again_only_after_a_whole_window():
+    clock = Clock(T0)
+    detector = IdleGpuDetector(threshold_pct=5, window_s=120, clock=clock)
+    [first] = idle_polls(detector, clock, 5)
+    recoveries, findings = [], []
+    for n in range(12):  # 4.9% and 5% in turns: one busy poll ends the episode, idle ones start a window anew
+        findings += idle_polls(detector, clock, 1, value=5.0 if n % 2 else 4.9)
+        recoveries += detector.recoveries()
+    assert findings == [] and [r.fingerprint for r in recoveries] == [first.fingerprint]
+    assert "back to 5% on 10.0.0.1" in recoveries[0].reason
+
+
+def test_a_busy_neighbour_on_a_shared_node_is_named_as_possibly_not_the_jobs():
+    clock = Clock(T0)
+    detector = IdleGpuDetector(window_s=60, clock=clock)
+    [finding] = [f for _ in range(3) for f in poll(
+        detector, clock, snapshot(W1, W2), job("job-b", {W1: 4, W2: 1}),
+        node_util(W1, 0, clock.now), node_util(W2, 0, clock.now))]
+    w2 = node_util(W2, 0, clock.now)[:3] + [util(W2[1], 3, 70.0, clock.now)]
+    poll(detector, clock, snapshot(W1, W2), job("job-b", {W1: 4, W2: 1}), node_util(W1, 0, clock.now), w2)
+    [recovery] = detector.recoveries()
+    assert recovery.fingerprint == finding.fingerprint
+    assert recovery.reason.startswith("GPU utilisation back to 70% on 10.0.0.2 GPU 3")
+    assert "may be a neighbour's" in recovery.reason
+
+
 # -- the real stack ------------------------------------------------------------------------------------
 
 HOLD_WHOLE_WORKER1 = """
