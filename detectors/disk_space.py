@@ -147,9 +147,9 @@ class DiskSpaceDetector:
             raise ConfigError(f"disk_space min_points={min_points} must be >= 3 to judge a fit", hint="e.g. 5")
         if min_trend_t <= 0:
             raise ConfigError(f"disk_space min_trend_t={min_trend_t} must be > 0", hint="e.g. 4")
-        if clear_margin < 0 or min_free_fraction + clear_margin >= 1:
+        if clear_margin < 0:
             raise ConfigError(
-                f"disk_space clear_margin={clear_margin} must be >= 0 and leave min_free_fraction + clear_margin < 1",
+                f"disk_space clear_margin={clear_margin} must be >= 0",
                 hint="e.g. 0.02: an episode at a 5% floor ends at 7% free",
             )
         self.min_free_fraction = min_free_fraction
@@ -205,7 +205,7 @@ class DiskSpaceDetector:
 
     def _end_if_clear(self, signal: Signal, point: _Point, state: _PathState, now: datetime) -> None:
         """End every open episode of the path when this sample shows it clear (see the module docstring)."""
-        line = self.min_free_fraction + self.clear_margin
+        line = min(1.0, self.min_free_fraction + self.clear_margin)  # an extreme floor: ends only when empty
         fraction = point.avail / point.total
         if fraction < line:
             return
