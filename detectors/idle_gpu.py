@@ -32,8 +32,9 @@ Recovery (`recoveries()`, read by the loop after each `detect()`): a reported ep
 incident, told once, with what ended it. Ends are the ones above, judged as idleness is: one poll in which a GPU
 of one of the job's nodes has a fresh sample at or over the threshold ("GPU utilisation back to 37% on 10.0.0.3
 GPU 2"; on a shared node that GPU may be a neighbour's, as for flagging, and the reason says so), or the job
-leaving RUNNING or holding no GPUs in a placement snapshot ("job raysubmit_x released its GPUs (STOPPED)"; a
-job that left RUNNING while a detached actor keeps its GPUs is named so: it is no longer this detector's).
+leaving RUNNING or holding no GPUs in a placement snapshot ("job raysubmit_x released its GPUs (STOPPED)"). A
+job that left RUNNING while a detached actor keeps its GPUs ends the episode (the detector judges RUNNING jobs)
+but is no recovery: the GPUs are still held, so the incident stays open for a person.
 One busy poll is enough because it already ends the episode, and a later idle stretch is a new episode with a
 new fingerprint that must last a whole window again, so a job hovering at the threshold cannot open and close
 an incident every poll. No recovery without data: a poll without placement, or with the job's GPUs unknown
@@ -279,9 +280,9 @@ class IdleGpuDetector:
         episode.fingerprint = finding.fingerprint
         return finding
 
-    def _end(self, episode: _Episode, reason: str, now: datetime) -> None:
-        """An episode is over; if it was reported here, its incident may close."""
-        if episode.fingerprint is not None:
+    def _end(self, episode: _Episode, reason: str | None, now: datetime) -> None:
+        """An episode is over; if it was reported here and `reason` says the fault ended, its incident may close."""
+        if episode.fingerprint is not None and reason is not None:
             self._recovered.append(Recovery(fingerprint=episode.fingerprint, reason=reason, detector=self.name,
                                             observed_at=now))
 
@@ -386,12 +387,14 @@ class IdleGpuDetector:
         )
 
 
-def _released(key: str, status: str | None, jobs: Sequence[Signal]) -> str:
-    """Why the episode of a job no longer judged ended: it left RUNNING, or it holds no GPUs now."""
+def _released(key: str, status: str | None, jobs: Sequence[Signal]) -> str | None:
+    """Why the episode of a job no longer judged ended: it left RUNNING, or it holds no GPUs now. None when it
+    left RUNNING but its actors still hold GPUs: that is no recovery."""
     if status is None or status == "RUNNING":
         return f"job {key} released its GPUs (it holds none in Ray's placement now)"
     held = sum(float(j.value or 0) for j in jobs if j.subject.id == key)
     if not held:
         return f"job {key} released its GPUs ({status})"
-    # a detached actor outlives its job (collectors/placement.py): the episode, about a RUNNING job, is over
-    return f"job {key} left RUNNING ({status}); Ray still counts {held:g} GPU(s) held by its actors"
+    # a detached actor outlives its job (collectors/placement.py): the episode, about a RUNNING job, is over,
+    # but the GPUs are still held idle
+    return None
