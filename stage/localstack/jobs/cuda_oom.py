@@ -11,6 +11,7 @@ On a machine with a GPU use --real, which allocates on the GPU until the allocat
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import ray
@@ -18,12 +19,14 @@ import ray
 
 @ray.remote(num_cpus=0, num_gpus=1, max_restarts=0)
 class Rank:
-    def train(self, steps: int, total_gib: float, tried_gib: float, real: bool) -> None:
+    def train(self, steps: int, total_gib: float, tried_gib: float, real: bool, oom: bool = True) -> None:
         import torch
 
         for step in range(1, steps + 1):
             time.sleep(0.3)
             print(f"step {step} loss={2.0 / step:.4f}", flush=True)
+        if not oom:  # the cause was fixed (bench/soak.py removes the --oom-while file): the run ends well
+            return
         if real:  # a real GPU: allocate until the caching allocator gives up
             blocks = []
             while True:
@@ -32,17 +35,11 @@ class Rank:
         in_use = total_gib - free_mib / 1024
         raise torch.OutOfMemoryError(
             f"CUDA out of memory. Tried to allocate {tried_gib:.2f} GiB. GPU 0 has a total capacity of "
-            f"{total_gib:.2f} GiB of which {free_mib:.2f} MiB is free. Process {_pid()} has {in_use:.2f} GiB "
+            f"{total_gib:.2f} GiB of which {free_mib:.2f} MiB is free. Process {os.getpid()} has {in_use:.2f} GiB "
             f"memory in use. Of the allocated memory {in_use - 0.9:.2f} GiB is allocated by PyTorch, and "
             "912.40 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large "
             "try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
         )
-
-
-def _pid() -> int:
-    import os
-
-    return os.getpid()
 
 
 def main() -> None:
@@ -52,13 +49,16 @@ def main() -> None:
     parser.add_argument("--total-gib", type=float, default=79.15)
     parser.add_argument("--tried-gib", type=float, default=2.0)
     parser.add_argument("--real", action="store_true", help="really allocate on a GPU until it fails")
+    parser.add_argument("--oom-while", default=None, metavar="FILE",
+                        help="run out of memory only while FILE exists (a fault that a person can fix, then resubmit)")
     args = parser.parse_args()
+    oom = args.oom_while is None or os.path.exists(args.oom_while)
     ray.init()
     # ray.remote returns an ActorClass (typed so in ray), but mypy keeps a decorated class's own type
     # (python/mypy#3135), which has no .options
     rank = Rank.options(resources={args.node: 0.1}).remote()  # type: ignore[attr-defined]
     print(f"training on {args.node} with micro_batch_size=16", flush=True)
-    ray.get(rank.train.remote(args.steps, args.total_gib, args.tried_gib, args.real))
+    ray.get(rank.train.remote(args.steps, args.total_gib, args.tried_gib, args.real, oom))
 
 
 if __name__ == "__main__":
