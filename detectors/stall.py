@@ -256,8 +256,7 @@ class StallDetector:
     def _remember(self) -> None:
         """Save the jobs changed this tick: at most one write per tick, none when nothing changed."""
         changed, self._changed = self._changed, set()
-        if changed:
-            self._saved.save({key: remembered(self._jobs[key]) if key in self._jobs else None for key in changed})
+        self._saved.save({key: remembered(self._jobs[key]) if key in self._jobs else None for key in changed})
 
     # -- reading signals ---------------------------------------------------------------------------
 
