@@ -76,7 +76,8 @@ class ArgusService:
         self.incidents = incidents = build_incidents(
             settings, store, events=events, public_url=public, metrics=metrics, reports=reports,
             remediator=remediator, dispatcher=dispatcher, links=links)
-        pipeline = build_pipeline(settings, incidents, metrics=metrics)
+        # the detectors' state lives in the store: a restart neither forgets a hang nor restarts an idle window
+        pipeline = build_pipeline(settings, incidents, metrics=metrics, memory=store.detector_state)
         self.daemon = Daemon(pipeline, interval_s=settings.poll_interval_s,
                              chores={"job timeouts": (control.jobs.enforce_timeouts, settings.job_timeout_check_s),
                                      "remediation": (remediator.run_pending, settings.remediation_interval_s)})

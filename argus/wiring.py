@@ -42,7 +42,7 @@ from control.jobs import JobController
 from control.local import LocalRunner
 from control.node_manager import NodeManager
 from core.jobfolder import JobFolders
-from core.ports import Collector, Detector
+from core.ports import Collector, Detector, DetectorMemory
 from core.settings import Settings
 from detectors.disk_space import DiskSpaceDetector
 from detectors.engine import load_rules
@@ -94,16 +94,19 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: A
     return collectors
 
 
-def build_detectors(settings: Settings, metric_rules: MetricRuleSet,
-                    stall: StallDetector | None = None) -> list[Detector]:
-    """`stall`: the stall detector to use (wiring keeps it to export each job's progress); a new one if None."""
+def build_detectors(settings: Settings, metric_rules: MetricRuleSet, stall: StallDetector | None = None,
+                    memory: DetectorMemory | None = None) -> list[Detector]:
+    """`stall`: the stall detector to use (wiring keeps it to export each job's progress); a new one if None.
+    `memory`: where the stateful detectors (stall, idle GPU) keep their state across restarts, normally the
+    store's `detector_state`; None keeps it in this process only."""
     log_rules = load_rules(settings.rules_dirs)
     detectors: list[Detector] = [
         LostNodeDetector(lookback_s=settings.lost_node_lookback_s),
         LogRuleDetector(log_rules),
         JobFailureDetector(log_rules),
-        stall or build_stall_detector(settings),
-        IdleGpuDetector(threshold_pct=settings.idle_gpu_threshold_pct, window_s=settings.idle_gpu_window_s),
+        stall or build_stall_detector(settings, memory),
+        IdleGpuDetector(threshold_pct=settings.idle_gpu_threshold_pct, window_s=settings.idle_gpu_window_s,
+                        memory=memory),
         DiskSpaceDetector(),
     ]
     if settings.prometheus_url:
@@ -111,8 +114,9 @@ def build_detectors(settings: Settings, metric_rules: MetricRuleSet,
     return detectors
 
 
-def build_stall_detector(settings: Settings) -> StallDetector:
-    return StallDetector(min_stall_s=settings.stall_min_s, factor=settings.stall_factor)
+def build_stall_detector(settings: Settings, memory: DetectorMemory | None = None) -> StallDetector:
+    """The stall detector; with `memory` it loads each job's rhythm from it now and keeps it there."""
+    return StallDetector(min_stall_s=settings.stall_min_s, factor=settings.stall_factor, memory=memory)
 
 
 def build_subscribers(
@@ -222,13 +226,14 @@ def build_remediator(settings: Settings, store: Any, control: ControlPlane, *,
 
 def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: ArgusMetrics | None = None,
                    collectors: list[Collector] | None = None, detectors: list[Detector] | None = None,
-                   stall: StallDetector | None = None) -> Pipeline:
+                   stall: StallDetector | None = None, memory: DetectorMemory | None = None) -> Pipeline:
     """The loop, filing what it finds through `incidents`. `metrics` (also mounted at /metrics by the API) is kept
     up to date after every tick, with each job's progress from `stall` (the stall detector among `detectors`).
-    `collectors` / `detectors` / `stall`: instead of the ones settings describe."""
+    `collectors` / `detectors` / `stall`: instead of the ones settings describe. `memory`: where the detectors
+    built here keep their state across restarts (`argus serve` passes the store's `detector_state`)."""
     metric_rules = load_metric_rules(settings.metric_rules_dirs)
     metrics = metrics or ArgusMetrics()
-    stall = stall or build_stall_detector(settings)
+    stall = stall or build_stall_detector(settings, memory)
     pipeline: Pipeline
 
     def after_tick(result: TickResult) -> None:
@@ -238,7 +243,7 @@ def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: Argu
 
     pipeline = Pipeline(
         collectors=collectors or build_collectors(settings, metric_rules, metrics),
-        detectors=detectors or build_detectors(settings, metric_rules, stall),
+        detectors=detectors or build_detectors(settings, metric_rules, stall, memory),
         incidents=incidents,
         # no new log lines because the log collectors are down is not a stalled job
         needs={"stall": {"ray_logs", "job_logs"}, "idle_gpu": {"gpu_placement"}},

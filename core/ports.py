@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from core.types import Finding, Incident, Recovery, Signal
 
@@ -34,6 +34,27 @@ class Recovering(Protocol):
     name: str
 
     def recoveries(self) -> list[Recovery]: ...
+
+
+@runtime_checkable
+class DetectorMemory(Protocol):
+    """Where a stateful detector keeps what its verdict needs, so an Argus restart does not reset it (a job
+    already hung before the restart is still found within its usual threshold). Per detector name: one JSON
+    object per key (a job's submission id). The detector owns the objects' shape and must survive any object
+    it reads (written by another version, or edited by hand): it starts that key fresh.
+
+    Implementations are bounded: they may drop the least recently saved keys of a detector past a cap.
+    """
+
+    def load_all(self, detector: str) -> dict[str, dict[str, Any]]:
+        """Every object saved for `detector`, by key. Raises StoreError when the store cannot be read."""
+        ...
+
+    def save(self, detector: str, changed: Mapping[str, dict[str, Any] | None]) -> None:
+        """Replace the objects of `changed`'s keys, in one go; None forgets a key. Raises InputError for an
+        object that is not JSON or too large (nothing of the call is saved) and StoreError when the store is
+        down."""
+        ...
 
 
 @runtime_checkable

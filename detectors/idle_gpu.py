@@ -25,8 +25,10 @@ Episodes: the window starts at the first poll that saw the job idle; any busy po
 does the job leaving RUNNING or releasing its GPUs. One finding per episode, fingerprinted by job and
 episode start, so a later idle episode is a new incident. A poll without placement (Ray unreachable)
 changes nothing; a poll where the job's GPUs are unknown restarts a not-yet-reported window and keeps a
-reported episode open (a scrape gap is not a new episode). After an Argus restart the window starts
-again: the detector only claims idleness it has watched.
+reported episode open (a scrape gap is not a new episode). Across an Argus restart, with a `memory`
+(core.ports.DetectorMemory), episodes carry on: a job idle for 8 minutes of a 10-minute window before the
+restart is reported 2 minutes after it. The detector only claims idleness it has watched, so a not-yet-reported
+episode whose last idle poll is older than stale_after_s when Argus comes back starts again.
 
 Recovery (`recoveries()`, read by the loop after each `detect()`): a reported episode that ends closes its
 incident, told once, with what ended it. Ends are the ones above, judged as idleness is: one poll in which a GPU
@@ -38,19 +40,25 @@ but is no recovery: the GPUs are still held, so the incident stays open for a pe
 One busy poll is enough because it already ends the episode, and a later idle stretch is a new episode with a
 new fingerprint that must last a whole window again, so a job hovering at the threshold cannot open and close
 an incident every poll. No recovery without data: a poll without placement, or with the job's GPUs unknown
-(no fresh samples), ends nothing; an episode reported by an earlier process is not claimed.
+(no fresh samples), ends nothing. An episode reported before a restart is claimed after it only with a memory.
+
+One module past 400 lines on purpose: matching samples to nodes, the per-node verdict and the episodes are one
+algorithm over one state (its JSON form for restarts lives in detectors/idle_gpu_state.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from loguru import logger
+
 from core import signal_keys as keys
 from core.errors import ConfigError
+from core.ports import DetectorMemory
 from core.types import (
     Category,
     Evidence,
@@ -64,6 +72,8 @@ from core.types import (
     fingerprint_of,
     utcnow,
 )
+from detectors.idle_gpu_state import GpuSample, IdleEpisode, recalled, remembered
+from detectors.memory import SavedState, StateUnreadable
 
 PLACEMENT_METRIC = keys.PLACEMENT_METRIC
 JOB_GPUS_METRIC = keys.JOB_GPUS_METRIC
@@ -73,29 +83,10 @@ _MAX_GPU_EVIDENCE = 16
 
 
 @dataclass
-class _Sample:
-    uuid: str
-    value: float
-    at: datetime
-    source: str
-    hostname: str
-    index: Any
-    instance_host: str | None
-
-
-@dataclass
-class _Episode:
-    idle_since: datetime
-    fingerprint: str | None = None  # set when the episode is reported: its incident's, for the recovery
-    max_util: float = 0.0
-    gpu_samples: dict[str, _Sample] = field(default_factory=dict)
-
-
-@dataclass
 class _NodeVerdict:
     node: dict[str, Any]  # the job's share: node_id, node_ip, gpus, node_gpus_total, whole_node
     state: str  # idle, busy, unknown
-    samples: list[_Sample]
+    samples: list[GpuSample]
 
 
 class IdleGpuDetector:
@@ -110,8 +101,11 @@ class IdleGpuDetector:
         node_match: Sequence[str] = NODE_MATCHES,
         hostname_to_node_ip: Mapping[str, str] | None = None,
         stale_after_s: float = 120.0,
+        memory: DetectorMemory | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
+        """`memory`: where idle episodes are kept across restarts (loaded here, saved after each poll with
+        placement); None keeps them in this process only."""
         unknown = [m for m in node_match if m not in NODE_MATCHES]
         if unknown or not node_match:
             raise ConfigError(
@@ -132,9 +126,11 @@ class IdleGpuDetector:
         self.hostname_to_node_ip = dict(hostname_to_node_ip or {})
         self.stale_after = timedelta(seconds=stale_after_s)
         self._clock = clock
-        self._samples: dict[str, _Sample] = {}  # GPU UUID -> latest sample (max of one poll's values)
-        self._episodes: dict[str, _Episode] = {}  # job key -> current idle episode
+        self._samples: dict[str, GpuSample] = {}  # GPU UUID -> latest sample (max of one poll's values)
+        self._episodes: dict[str, IdleEpisode] = {}  # job key -> current idle episode
         self._recovered: list[Recovery] = []
+        self._saved = SavedState(memory, self.name)
+        self._recall()
 
     # -- the one verb ----------------------------------------------------------------------------------
 
@@ -142,7 +138,7 @@ class IdleGpuDetector:
         now = self._clock()
         snapshot: Signal | None = None
         jobs: list[Signal] = []
-        fresh: dict[str, _Sample] = {}
+        fresh: dict[str, GpuSample] = {}
         for signal in signals:
             if signal.kind is not SignalKind.METRIC:
                 continue
@@ -177,6 +173,7 @@ class IdleGpuDetector:
         for key in list(self._episodes):
             if key not in running:  # the job ended or released its GPUs: the episode is over
                 self._end(self._episodes.pop(key), _released(key, statuses.get(key), jobs), now)
+        self._remember()
         return findings
 
     def recoveries(self) -> list[Recovery]:
@@ -184,9 +181,37 @@ class IdleGpuDetector:
         done, self._recovered = self._recovered, []
         return done
 
+    # -- memory across restarts (detectors/idle_gpu_state.py) ------------------------------------------
+
+    def _recall(self) -> None:
+        """Episodes remembered from before a restart. One not yet reported whose last idle poll is older than
+        stale_after_s starts again: the GPUs were not watched in between (a reported one is kept, as across a
+        scrape gap, so its recovery can still close the incident)."""
+        now = self._clock()
+        for key, value in self._saved.load().items():
+            try:
+                episode = recalled(value)
+            except StateUnreadable as err:
+                logger.warning("idle_gpu detector: the remembered episode of job {} is unreadable ({}): it starts "
+                               "fresh", key, err)
+                self._saved.forget_loaded(key)
+                continue
+            if episode.fingerprint is None and now - episode.seen_idle_at > self.stale_after:
+                self._saved.forget_loaded(key)
+                continue
+            self._episodes[key] = episode
+        if self._episodes:
+            logger.info("idle_gpu detector remembers {} idle episode(s) from before the restart", len(self._episodes))
+
+    def _remember(self) -> None:
+        """Save the episodes as they are after this poll (only what changed is written); forget ended ones."""
+        values: dict[str, dict[str, Any] | None] = {key: None for key in self._saved.keys()}
+        values.update((key, remembered(episode)) for key, episode in self._episodes.items())
+        self._saved.save(values)
+
     # -- samples and nodes -----------------------------------------------------------------------------
 
-    def _take_sample(self, signal: Signal, fresh: dict[str, _Sample]) -> None:
+    def _take_sample(self, signal: Signal, fresh: dict[str, GpuSample]) -> None:
         if signal.value is None:
             return
         labels = signal.attrs.get(keys.LABELS) or {}
@@ -198,7 +223,7 @@ class IdleGpuDetector:
         else:
             host = None
         uuid = signal.subject.id
-        sample = _Sample(
+        sample = GpuSample(
             uuid=uuid,
             value=float(signal.value),
             at=signal.observed_at,
@@ -212,7 +237,7 @@ class IdleGpuDetector:
             sample.value, sample.at = max(seen.value, sample.value), max(seen.at, sample.at)
         fresh[uuid] = sample
 
-    def _samples_by_node(self, snapshot: Signal) -> dict[str, list[_Sample]]:
+    def _samples_by_node(self, snapshot: Signal) -> dict[str, list[GpuSample]]:
         by_ip: dict[str, str] = {}
         by_name: dict[str, str] = {}
         for node in snapshot.attrs.get(keys.NODES) or []:
@@ -222,14 +247,14 @@ class IdleGpuDetector:
                 by_ip[node["node_ip"]] = node["node_id"]
             if node.get("node_name"):
                 by_name[node["node_name"]] = node["node_id"]
-        grouped: dict[str, list[_Sample]] = {}
+        grouped: dict[str, list[GpuSample]] = {}
         for sample in self._samples.values():
             node_id = self._node_of(sample, by_ip, by_name)
             if node_id is not None:
                 grouped.setdefault(node_id, []).append(sample)
         return grouped
 
-    def _node_of(self, sample: _Sample, by_ip: dict[str, str], by_name: dict[str, str]) -> str | None:
+    def _node_of(self, sample: GpuSample, by_ip: dict[str, str], by_name: dict[str, str]) -> str | None:
         for how in self.node_match:
             if how == "instance" and sample.instance_host:
                 found = by_ip.get(sample.instance_host) or by_name.get(sample.instance_host)
@@ -245,7 +270,7 @@ class IdleGpuDetector:
                 return found
         return None
 
-    def _judge(self, samples: list[_Sample], node: dict[str, Any]) -> tuple[str, list[_Sample]]:
+    def _judge(self, samples: list[GpuSample], node: dict[str, Any]) -> tuple[str, list[GpuSample]]:
         samples = sorted(samples, key=lambda s: (str(s.index), s.uuid))
         if any(s.value >= self.threshold_pct for s in samples):
             return "busy", samples
@@ -269,7 +294,8 @@ class IdleGpuDetector:
                 del self._episodes[key]
             return None
         if episode is None:
-            episode = self._episodes[key] = _Episode(idle_since=now)
+            episode = self._episodes[key] = IdleEpisode(idle_since=now, seen_idle_at=now)
+        episode.seen_idle_at = now
         for verdict in verdicts:
             for sample in verdict.samples:
                 episode.max_util = max(episode.max_util, sample.value)
@@ -280,7 +306,7 @@ class IdleGpuDetector:
         episode.fingerprint = finding.fingerprint
         return finding
 
-    def _end(self, episode: _Episode, reason: str | None, now: datetime) -> None:
+    def _end(self, episode: IdleEpisode, reason: str | None, now: datetime) -> None:
         """An episode is over; if it was reported here and `reason` says the fault ended, its incident may close."""
         if episode.fingerprint is not None and reason is not None:
             self._recovered.append(Recovery(fingerprint=episode.fingerprint, reason=reason, detector=self.name,
@@ -300,7 +326,7 @@ class IdleGpuDetector:
         return reason
 
     def _finding(
-        self, job: Signal, verdicts: list[_NodeVerdict], episode: _Episode, now: datetime
+        self, job: Signal, verdicts: list[_NodeVerdict], episode: IdleEpisode, now: datetime
     ) -> Finding:
         attrs = job.attrs
         key = job.subject.id

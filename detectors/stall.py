@@ -28,6 +28,11 @@ closes the incident). A job that leaves RUNNING while hung also ends the episode
 incident stays open for the failed-job path, a resubmission or a person.
 The fingerprint names the job and the last progress line, so one stall is one incident across restarts.
 
+Restarts: with a `memory` (core.ports.DetectorMemory), each job's rhythm (detectors/stall_state.py) is saved after
+every tick in which it changed and loaded at construction, so a job already hung when Argus restarts is found
+within its usual threshold of its real last progress, under the same fingerprint. A remembered job is judged
+again only once Ray says it is still RUNNING; one that is not is dropped, and forgotten in the memory too.
+
 One module past 400 lines on purpose: the progress patterns, the per-job rhythm and the verdict are one
 algorithm; the state they share is the detector's.
 """
@@ -35,15 +40,16 @@ algorithm; the state they share is the detector's.
 from __future__ import annotations
 
 import re
-import statistics
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from loguru import logger
+
 from core import signal_keys as keys
 from core.errors import ConfigError
+from core.ports import DetectorMemory
 from core.types import (
     Category,
     Evidence,
@@ -57,6 +63,8 @@ from core.types import (
     fingerprint_of,
     utcnow,
 )
+from detectors.memory import SavedState, StateUnreadable
+from detectors.stall_state import MAX_COUNTERS, ProgressCounter, WatchedJob, recalled, remembered
 
 REASON = "TrainingStalled"
 LOG_GROWTH = "log-growth"
@@ -73,9 +81,6 @@ GPU_ACTIVITY_METRICS = frozenset(
 )
 _JOB_LABELS = ("submission_id", "job", "job_id")
 
-_HISTORY = 16  # per-step gaps kept per counter
-_MIN_GAPS = 2  # below this a counter's interval is unknown
-_MAX_COUNTERS = 64  # per job; a log with ever-new tqdm labels must not grow memory without bound
 _MATCH_CHARS = 8 * 1024  # step markers sit at the start of a line; a 100 MB line is not searched whole
 
 
@@ -132,39 +137,6 @@ def load_patterns(items: Iterable[Mapping[str, Any] | ProgressPattern]) -> tuple
     return tuple(p if isinstance(p, ProgressPattern) else ProgressPattern.from_mapping(p) for p in items)
 
 
-@dataclass
-class _Counter:
-    """One progress counter of one job: a step counter or, for jobs without steps, the log itself."""
-
-    high: float | None = None
-    last_at: datetime | None = None
-    last_line: Signal | None = None
-    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=_HISTORY))
-    batch_gap: float | None = None  # the gap before the current poll's batch of lines
-    batch_n: int = 0
-    longest: float | None = None  # the longest silence between two polls that brought lines
-    steps: int = 0
-
-    def interval(self) -> float | None:
-        """max(median of recent gaps, last gap): steps that slow down raise the estimate as they arrive."""
-        if len(self.gaps) < _MIN_GAPS:
-            return None
-        return max(statistics.median(self.gaps), self.gaps[-1])
-
-
-@dataclass
-class _Job:
-    subject: Subject
-    status: str | None = None
-    seen_at: datetime | None = None
-    counters: dict[tuple[str, str], _Counter] = field(default_factory=dict)
-    log: _Counter = field(default_factory=_Counter)
-    gpu_last: dict[str, float] = field(default_factory=dict)
-    gpu_activity_at: datetime | None = None
-    gpu_samples: dict[str, Signal] = field(default_factory=dict)
-    episode: str | None = None  # fingerprint of the stall being reported
-
-
 @dataclass(frozen=True)
 class JobProgress:
     """What the detector has learnt of one RUNNING job's progress (for dashboards; it judges nothing)."""
@@ -197,8 +169,11 @@ class StallDetector:
         log_stream: str | None = "job-logs",
         gpu_activity_delta: float = 10.0,
         forget_after_s: float = 6 * 3600.0,
+        memory: DetectorMemory | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
+        """`memory`: where each job's rhythm is kept across restarts (loaded here, saved after each detect);
+        None keeps it in this process only."""
         if min_stall_s <= 0 or factor < 1:
             raise ConfigError(
                 f"stall detector needs min_stall_s > 0 and factor >= 1, got {min_stall_s} and {factor}",
@@ -212,8 +187,11 @@ class StallDetector:
         self.gpu_activity_delta = float(gpu_activity_delta)
         self.forget_after = timedelta(seconds=forget_after_s)
         self._clock = clock
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, WatchedJob] = {}
         self._recovered: list[Recovery] = []
+        self._changed: set[str] = set()  # jobs whose remembered state may differ from what was saved
+        self._saved = SavedState(memory, self.name)
+        self._recall()
 
     # -- the one verb ------------------------------------------------------------------------------
 
@@ -222,15 +200,20 @@ class StallDetector:
         for signal in signals:
             if signal.kind is SignalKind.JOB_STATE and signal.subject.kind is SubjectKind.JOB:
                 job = self._job(signal.subject)
+                status = str(signal.attrs.get(keys.STATUS) or "") or None
+                if status != job.status or signal.subject != job.subject:
+                    self._changed.add(job.subject.id)
                 job.subject = signal.subject  # the state collector's subject carries the entrypoint
-                job.status = str(signal.attrs.get(keys.STATUS) or "") or None
+                job.status = status
                 job.seen_at = now
             elif signal.kind is SignalKind.LOG_LINE and signal.subject.kind is SubjectKind.JOB:
                 if self.log_stream is None or signal.attrs.get(keys.STREAM) in (None, self.log_stream):
                     self._on_line(self._job(signal.subject), signal)
             elif signal.kind is SignalKind.METRIC and signal.attrs.get(keys.METRIC) in GPU_ACTIVITY_METRICS:
                 self._on_gpu(signal)
-        return self._judge(now)
+        findings = self._judge(now)
+        self._remember()
+        return findings
 
     def progress(self) -> dict[str, JobProgress]:
         """Per RUNNING job that printed step lines: its main counter's step and interval. Read-only.
@@ -255,18 +238,39 @@ class StallDetector:
         done, self._recovered = self._recovered, []
         return done
 
+    # -- memory across restarts (detectors/stall_state.py) ------------------------------------------
+
+    def _recall(self) -> None:
+        """The jobs remembered from before a restart, each judged again once Ray says it is still RUNNING."""
+        now = self._clock()
+        for key, value in self._saved.load().items():
+            try:
+                self._jobs[key] = recalled(key, value, now)
+            except StateUnreadable as err:
+                logger.warning("stall detector: the remembered state of job {} is unreadable ({}): it starts fresh",
+                               key, err)
+                self._saved.forget_loaded(key)
+        if self._jobs:
+            logger.info("stall detector remembers the progress of {} job(s) from before the restart", len(self._jobs))
+
+    def _remember(self) -> None:
+        """Save the jobs changed this tick: at most one write per tick, none when nothing changed."""
+        changed, self._changed = self._changed, set()
+        self._saved.save({key: remembered(self._jobs[key]) if key in self._jobs else None for key in changed})
+
     # -- reading signals ---------------------------------------------------------------------------
 
-    def _job(self, subject: Subject) -> _Job:
+    def _job(self, subject: Subject) -> WatchedJob:
         job = self._jobs.get(subject.id)
         if job is None:
-            job = self._jobs[subject.id] = _Job(subject=subject)
+            job = self._jobs[subject.id] = WatchedJob(subject=subject)
         return job
 
-    def _on_line(self, job: _Job, signal: Signal) -> None:
+    def _on_line(self, job: WatchedJob, signal: Signal) -> None:
         text = (signal.text or "")[:_MATCH_CHARS]
         at = signal.observed_at
         job.seen_at = max(job.seen_at or at, at)
+        self._changed.add(job.subject.id)
         _advance(job.log, at, signal, value=None)
         for pattern in self.patterns:
             matches = list(pattern.regex.finditer(text))
@@ -280,10 +284,10 @@ class StallDetector:
             key = (pattern.name, re.sub(r"\d+", "#", label))
             counter = job.counters.get(key)
             if counter is None:
-                if len(job.counters) >= _MAX_COUNTERS:
+                if len(job.counters) >= MAX_COUNTERS:
                     oldest = min(job.counters, key=lambda k: job.counters[k].last_at or at)
                     del job.counters[oldest]
-                counter = job.counters[key] = _Counter()
+                counter = job.counters[key] = ProgressCounter()
             _advance(counter, at, signal, value=float(raw) if raw is not None else None)
             return
 
@@ -300,6 +304,7 @@ class StallDetector:
         if previous is not None and abs(value - previous) >= self.gpu_activity_delta:
             if job.gpu_activity_at is None or signal.observed_at > job.gpu_activity_at:
                 job.gpu_activity_at = signal.observed_at
+                self._changed.add(job_id)
 
     # -- judging -----------------------------------------------------------------------------------
 
@@ -307,33 +312,41 @@ class StallDetector:
         findings: list[Finding] = []
         for job_id in list(self._jobs):
             job = self._jobs[job_id]
-            if job.seen_at is not None and now - job.seen_at > self.forget_after:
-                self._end_episode(job)
-                del self._jobs[job_id]
-                continue
-            if job.status != "RUNNING":
-                self._end_episode(job)
-                if job.status is not None:
-                    # Finished jobs keep nothing; a resubmission under the same id starts afresh.
-                    job.counters.clear()
-                    job.log = _Counter()
-                    job.gpu_last.clear()
-                    job.gpu_samples.clear()
-                    job.gpu_activity_at = None
-                continue
-            verdict = self._verdict(job, now)
-            if verdict is not None and not verdict.stalled and job.episode is not None:
-                self._recovered.append(Recovery(fingerprint=job.episode, reason=_resumed(verdict),
-                                                detector=self.name, observed_at=now))
-            if verdict is None or not verdict.stalled:
-                self._end_episode(job)
-                continue
-            finding = self._finding(job, verdict, now)
-            job.episode = finding.fingerprint
-            findings.append(finding)
+            episode = job.episode
+            findings.extend(self._judge_job(job_id, job, now))
+            if job_id not in self._jobs or job.episode != episode:
+                self._changed.add(job_id)
         return findings
 
-    def _verdict(self, job: _Job, now: datetime) -> _Verdict | None:
+    def _judge_job(self, job_id: str, job: WatchedJob, now: datetime) -> list[Finding]:
+        if job.seen_at is not None and now - job.seen_at > self.forget_after:
+            self._end_episode(job)
+            del self._jobs[job_id]
+            return []
+        if job.status is None:
+            # Ray has not said this job is RUNNING (yet, or since a restart): not judged, its episode kept
+            return []
+        if job.status != "RUNNING":
+            self._end_episode(job)
+            # Finished jobs keep nothing; a resubmission under the same id starts afresh.
+            job.counters.clear()
+            job.log = ProgressCounter()
+            job.gpu_last.clear()
+            job.gpu_samples.clear()
+            job.gpu_activity_at = None
+            return []
+        verdict = self._verdict(job, now)
+        if verdict is not None and not verdict.stalled and job.episode is not None:
+            self._recovered.append(Recovery(fingerprint=job.episode, reason=_resumed(verdict),
+                                            detector=self.name, observed_at=now))
+        if verdict is None or not verdict.stalled:
+            self._end_episode(job)
+            return []
+        finding = self._finding(job, verdict, now)
+        job.episode = finding.fingerprint
+        return [finding]
+
+    def _verdict(self, job: WatchedJob, now: datetime) -> _Verdict | None:
         if job.log.last_at is None:
             return None  # no line of this job was ever collected: nothing to judge by
         if job.counters:
@@ -343,7 +356,7 @@ class StallDetector:
             counters = [job.log]
             mode = LOG_GROWTH
         # Stalled only when every counter is overdue: a fast eval bar must not hide behind a slow step.
-        due: list[tuple[datetime, float, _Counter]] = []
+        due: list[tuple[datetime, float, ProgressCounter]] = []
         for counter in counters:
             assert counter.last_at is not None
             threshold = self._threshold(counter, mode)
@@ -364,7 +377,7 @@ class StallDetector:
             steps=sum(c.steps for c in counters),
         )
 
-    def _threshold(self, counter: _Counter, mode: str) -> float:
+    def _threshold(self, counter: ProgressCounter, mode: str) -> float:
         if mode == LOG_GROWTH:
             return max(self.startup_grace_s, self.min_stall_s, self.factor * (counter.longest or 0.0))
         interval = counter.interval()
@@ -374,10 +387,10 @@ class StallDetector:
         return max(self.min_stall_s, self.factor * interval)
 
     @staticmethod
-    def _end_episode(job: _Job) -> None:
+    def _end_episode(job: WatchedJob) -> None:
         job.episode = None
 
-    def _finding(self, job: _Job, v: _Verdict, now: datetime) -> Finding:
+    def _finding(self, job: WatchedJob, v: _Verdict, now: datetime) -> Finding:
         stalled_s = (now - v.last_at).total_seconds()
         line = v.last_line
         where = f"{line.source}:{line.line}" if line is not None and line.line is not None else ""
@@ -450,7 +463,7 @@ class StallDetector:
         )
 
 
-def _advance(counter: _Counter, at: datetime, line: Signal, *, value: float | None) -> None:
+def _advance(counter: ProgressCounter, at: datetime, line: Signal, *, value: float | None) -> None:
     """Record one line on a counter; a valueless counter (the log itself) advances on every line."""
     high = counter.high
     if value is not None and high is not None and (value == high or high / 2 < value < high):

@@ -1,5 +1,5 @@
 """The store's tables: incidents, findings, actions, reports; API tokens and the audit log; GPU nodes
-and their state transitions; notification deliveries.
+and their state transitions; notification deliveries; what stateful detectors remember across restarts.
 
 Rows mirror core.types; enums are stored as their string values so a new reader needs no Python enum
 to understand the database. Each row reads itself back as the value the store hands out (`to_domain`),
@@ -390,6 +390,27 @@ class DeliveryRow(Base):
             id=self.id, key=self.key, incident_id=self.incident_id, event=self.event, channel=self.channel,
             ok=self.ok, attempts=self.attempts, status=self.status, error=self.error, at=self.at, detail=self.detail,
         )
+
+
+# A detector's name (StallDetector.name) and one of its keys (a job's submission id, at most SUBJECT_ID_MAX).
+DETECTOR_NAME_MAX = 64
+
+
+class DetectorStateRow(Base):
+    """One thing a stateful detector remembers about one key (a job), replaced as a whole on every save.
+
+    `value` is JSON kept as text, parsed by the repository row by row: a row another version wrote, or one
+    edited by hand, is skipped with a warning instead of failing the whole load (a JSON column would).
+    """
+
+    __tablename__ = "detector_state"
+
+    detector: Mapped[str] = mapped_column(CleanString(DETECTOR_NAME_MAX), primary_key=True)
+    key: Mapped[str] = mapped_column(CleanString(SUBJECT_ID_MAX), primary_key=True)
+    value: Mapped[str] = mapped_column(CleanText)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index("ix_detector_state_detector_updated_at", "detector", "updated_at"),)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,171 @@
+"""What the stall detector knows of each job (its progress counters, the stall being reported) and how that is
+remembered across an Argus restart (detectors/memory.py).
+
+Remembered per job, as one JSON object: every counter's high mark, last progress time, recent step gaps and
+last progress line (the line anchors the finding's fingerprint, so a stall seen again after a restart folds into
+the same incident), the open episode's fingerprint, the last GPU activity, and that the job was RUNNING. Not
+remembered: when the job was last heard of (a restart is a fresh start for forgetting), the last GPU utilisation
+values and samples (a restart just needs one more sample to see activity again).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from core import signal_keys as keys
+from core.types import Signal, SignalKind, Subject, SubjectKind
+from detectors.memory import (
+    StateUnreadable,
+    read_int,
+    read_number,
+    read_optional_number,
+    read_optional_str,
+    read_optional_time,
+    read_str,
+    read_time,
+    read_version,
+)
+
+HISTORY = 16  # per-step gaps kept per counter
+MIN_GAPS = 2  # below this a counter's interval is unknown
+MAX_COUNTERS = 64  # per job; a log with ever-new tqdm labels must not grow memory without bound
+STATE_VERSION = 1
+_LINE_CHARS = 2000  # of the last progress line, remembered: the finding quotes at most 500
+
+
+@dataclass
+class ProgressCounter:
+    """One progress counter of one job: a step counter or, for jobs without steps, the log itself."""
+
+    high: float | None = None
+    last_at: datetime | None = None
+    last_line: Signal | None = None
+    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    batch_gap: float | None = None  # the gap before the current poll's batch of lines
+    batch_n: int = 0
+    longest: float | None = None  # the longest silence between two polls that brought lines
+    steps: int = 0
+
+    def interval(self) -> float | None:
+        """max(median of recent gaps, last gap): steps that slow down raise the estimate as they arrive."""
+        if len(self.gaps) < MIN_GAPS:
+            return None
+        return max(statistics.median(self.gaps), self.gaps[-1])
+
+
+@dataclass
+class WatchedJob:
+    subject: Subject
+    status: str | None = None  # None: Ray has not said yet (a new job, or one remembered from before a restart)
+    seen_at: datetime | None = None
+    counters: dict[tuple[str, str], ProgressCounter] = field(default_factory=dict)
+    log: ProgressCounter = field(default_factory=ProgressCounter)
+    gpu_last: dict[str, float] = field(default_factory=dict)
+    gpu_activity_at: datetime | None = None
+    gpu_samples: dict[str, Signal] = field(default_factory=dict)
+    episode: str | None = None  # fingerprint of the stall being reported
+
+
+def remembered(job: WatchedJob) -> dict[str, Any] | None:
+    """What to remember of `job`; None when there is nothing worth it (not RUNNING, or no line of it seen)."""
+    if job.status not in ("RUNNING", None) or job.log.last_at is None:
+        return None
+    return {
+        "v": STATE_VERSION,
+        "subject": job.subject.model_dump(mode="json"),
+        "status": "RUNNING",
+        "episode": job.episode,
+        "gpu_activity_at": _iso(job.gpu_activity_at),
+        "log": _counter_out(job.log),
+        "counters": [[name, label, _counter_out(c)] for (name, label), c in job.counters.items()],
+    }
+
+
+def recalled(key: str, value: dict[str, Any], now: datetime) -> WatchedJob:
+    """The job remembered as `value`; StateUnreadable when any part of it is not what this version writes.
+    Its status is left unknown: it is judged again once Ray says it is still RUNNING."""
+    read_version(value, STATE_VERSION)
+    if value.get("status") != "RUNNING":
+        raise StateUnreadable(f"its status is {value.get('status')!r}; only RUNNING jobs are remembered")
+    try:
+        subject = Subject.model_validate(value.get("subject"))
+    except ValueError as err:
+        raise StateUnreadable(f"its subject is unreadable: {err}") from None
+    if subject.kind is not SubjectKind.JOB or subject.id != key:
+        raise StateUnreadable(f"its subject {subject.key()} is not job {key}")
+    job = WatchedJob(subject=subject, seen_at=now)
+    job.episode = read_optional_str(value.get("episode"), "episode")
+    job.gpu_activity_at = read_optional_time(value.get("gpu_activity_at"), "gpu_activity_at")
+    job.log = _counter_in(value.get("log"), subject, "log")
+    if job.log.last_at is None:
+        raise StateUnreadable("no line of it was seen")
+    counters = value.get("counters")
+    if not isinstance(counters, list):
+        raise StateUnreadable(f"counters is {type(counters).__name__}, not a list")
+    for item in counters[-MAX_COUNTERS:]:
+        if not isinstance(item, list) or len(item) != 3:
+            raise StateUnreadable(f"counter {item!r} is not [pattern, label, counter]")
+        name, label = read_str(item[0], "counter pattern"), read_str(item[1], "counter label")
+        job.counters[(name, label)] = _counter_in(item[2], subject, f"counter {name}")
+    return job
+
+
+def _counter_out(c: ProgressCounter) -> dict[str, Any]:
+    line = c.last_line
+    return {
+        "high": c.high,
+        "last_at": _iso(c.last_at),
+        "gaps": list(c.gaps),
+        "batch_gap": c.batch_gap,
+        "batch_n": c.batch_n,
+        "longest": c.longest,
+        "steps": c.steps,
+        "line": None if line is None else {
+            "source": line.source,
+            "line": line.line,
+            "text": (line.text or "")[:_LINE_CHARS],
+            "at": _iso(line.observed_at),
+            "stream": line.attrs.get(keys.STREAM),
+        },
+    }
+
+
+def _counter_in(value: Any, subject: Subject, what: str) -> ProgressCounter:
+    if not isinstance(value, dict):
+        raise StateUnreadable(f"{what} is {type(value).__name__}, not an object")
+    gaps = value.get("gaps")
+    if not isinstance(gaps, list):
+        raise StateUnreadable(f"{what}: gaps is not a list")
+    counter = ProgressCounter(
+        high=read_optional_number(value.get("high"), f"{what}: high"),
+        last_at=read_optional_time(value.get("last_at"), f"{what}: last_at"),
+        gaps=deque((read_number(g, f"{what}: a gap") for g in gaps[-HISTORY:]), maxlen=HISTORY),
+        batch_gap=read_optional_number(value.get("batch_gap"), f"{what}: batch_gap"),
+        batch_n=read_int(value.get("batch_n"), f"{what}: batch_n"),
+        longest=read_optional_number(value.get("longest"), f"{what}: longest"),
+        steps=read_int(value.get("steps"), f"{what}: steps"),
+    )
+    line = value.get("line")
+    if line is not None:
+        if not isinstance(line, dict):
+            raise StateUnreadable(f"{what}: line is not an object")
+        number = line.get("line")
+        stream = read_optional_str(line.get("stream"), f"{what}: line stream")
+        counter.last_line = Signal(
+            kind=SignalKind.LOG_LINE,
+            source=read_str(line.get("source"), f"{what}: line source"),
+            subject=subject,
+            observed_at=read_time(line.get("at"), f"{what}: line time"),
+            text=read_str(line.get("text"), f"{what}: line text"),
+            line=None if number is None else read_int(number, f"{what}: line number"),
+            attrs={} if stream is None else {keys.STREAM: stream},
+        )
+    return counter
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
