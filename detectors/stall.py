@@ -25,7 +25,7 @@ A job is judged only while its last JOB_STATE says RUNNING and only once a log l
 whose logs are not collected has no rhythm to lose). The detector returns the finding on every call while
 the stall lasts; progress ends the episode as a recovery (`recoveries()`, read by the loop after each tick,
 closes the incident). A job that leaves RUNNING while hung also ends the episode, but that is no recovery: its
-incident stays open for the failed-job path, a resubmission or a person.
+incident stays open until a resubmission of it reaches RUNNING (detectors/resubmissions.py), or for a person.
 The fingerprint names the job and the last progress line, so one stall is one incident across restarts.
 
 One module past 400 lines on purpose: the progress patterns, the per-job rhythm and the verdict are one
@@ -57,6 +57,7 @@ from core.types import (
     fingerprint_of,
     utcnow,
 )
+from detectors.resubmissions import JobRuns
 
 REASON = "TrainingStalled"
 LOG_GROWTH = "log-growth"
@@ -76,6 +77,7 @@ _JOB_LABELS = ("submission_id", "job", "job_id")
 _HISTORY = 16  # per-step gaps kept per counter
 _MIN_GAPS = 2  # below this a counter's interval is unknown
 _MAX_COUNTERS = 64  # per job; a log with ever-new tqdm labels must not grow memory without bound
+_MAX_HUNG_ENDED = 10_000  # hung jobs that ended, kept until resubmitted: the oldest are let go past this
 _MATCH_CHARS = 8 * 1024  # step markers sit at the start of a line; a 100 MB line is not searched whole
 
 
@@ -214,11 +216,14 @@ class StallDetector:
         self._clock = clock
         self._jobs: dict[str, _Job] = {}
         self._recovered: list[Recovery] = []
+        self._runs = JobRuns()
+        self._hung_ended: dict[str, tuple[str, str]] = {}  # job -> (stall fingerprint, status) until a resubmission runs
 
     # -- the one verb ------------------------------------------------------------------------------
 
     def detect(self, signals: Sequence[Signal]) -> list[Finding]:
         now = self._clock()
+        self._runs.observe(signals)
         for signal in signals:
             if signal.kind is SignalKind.JOB_STATE and signal.subject.kind is SubjectKind.JOB:
                 job = self._job(signal.subject)
@@ -312,6 +317,10 @@ class StallDetector:
                 del self._jobs[job_id]
                 continue
             if job.status != "RUNNING":
+                if job.episode is not None and job.status is not None:
+                    self._hung_ended[job_id] = (job.episode, job.status)
+                    while len(self._hung_ended) > _MAX_HUNG_ENDED:
+                        del self._hung_ended[next(iter(self._hung_ended))]
                 self._end_episode(job)
                 if job.status is not None:
                     # Finished jobs keep nothing; a resubmission under the same id starts afresh.
@@ -331,7 +340,19 @@ class StallDetector:
             finding = self._finding(job, verdict, now)
             job.episode = finding.fingerprint
             findings.append(finding)
+        self._resubmitted(now)
         return findings
+
+    def _resubmitted(self, now: datetime) -> None:
+        """Hung jobs that ended (stopped to be resubmitted, or killed by the watchdog) whose resubmission runs."""
+        for job_id, (fingerprint, status) in list(self._hung_ended.items()):
+            new = self._runs.resubmission_ran(job_id)
+            if new is not None:
+                del self._hung_ended[job_id]
+                self._recovered.append(Recovery(
+                    fingerprint=fingerprint, detector=self.name, observed_at=now,
+                    reason=f"job {job_id} ended {status} while hung and was resubmitted as {new}, "
+                    "which reached RUNNING"))
 
     def _verdict(self, job: _Job, now: datetime) -> _Verdict | None:
         if job.log.last_at is None:
