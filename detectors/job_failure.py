@@ -72,7 +72,7 @@ class JobFailureDetector:
         self._clock = clock
         self._reported: OrderedDict[str, None] = OrderedDict()
         self._runs = JobRuns(max_jobs=max_remembered)
-        self._awaiting: OrderedDict[str, str] = OrderedDict()  # failed job -> its fingerprint, until a resubmission runs
+        self._awaiting: OrderedDict[str, str] = OrderedDict()  # failed job -> fingerprint, until a resubmission runs
         self._recovered: list[Recovery] = []
         self._checked = -1  # the JobRuns generation the waiting jobs were last checked against
         self._fresh = False  # a job joined the waiting ones since that check

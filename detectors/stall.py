@@ -217,7 +217,7 @@ class StallDetector:
         self._jobs: dict[str, _Job] = {}
         self._recovered: list[Recovery] = []
         self._runs = JobRuns()
-        self._hung_ended: dict[str, tuple[str, str]] = {}  # job -> (stall fingerprint, status) until a resubmission runs
+        self._hung_ended: dict[str, tuple[str, str]] = {}  # job -> (stall fingerprint, status), until resubmitted
 
     # -- the one verb ------------------------------------------------------------------------------
 
