@@ -84,6 +84,8 @@ def test_a_failed_jobs_incident_closes_when_argus_resubmission_of_it_runs(ray_cl
         wait_until("the failed job's incident to close", closed, timeout=120, interval=0.5)
         assert store.get_incident(incident.id).state is IncidentState.RESOLVED
         assert jobs.get(f"{sid}-r1").status == "RUNNING"
+        metadata = jobs.client.get_job_info(f"{sid}-r1").metadata
+        assert (metadata["argus_resubmit_of"], metadata["argus_resubmit_root"]) == (sid, sid)  # Ray kept the link
 
         assert desk.events.drain(10)
         resolved = [e for e in recorder.events if e.kind is EventKind.RESOLVED and e.incident.id == incident.id]

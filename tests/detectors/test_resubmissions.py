@@ -80,3 +80,21 @@ def test_memory_is_bounded_and_forgotten_jobs_leave_no_trace() -> None:
     assert runs.resubmission_ran(SID) == f"{SID}-r1"
     runs.observe([job_state(f"other-{n}", "RUNNING") for n in range(3)])
     assert runs.status(f"{SID}-r1") is None and runs.resubmission_ran(SID) is None
+
+
+def test_what_control_writes_on_a_resubmit_is_what_the_detectors_read(tmp_path) -> None:
+    from control.jobs import JobController
+    from control.jobspec import JobSpec
+
+    controller = JobController("http://127.0.0.1:8265", tmp_path)  # submit_call builds the call; nothing is sent
+    spec = JobSpec(name="grpo", workload="grpo", entrypoint="python train.py", owner="alice")
+    root = "grpo-" + "z" * 60  # longer than the id keeps of it
+    new = resubmission_id(root, 2)
+    call = controller.submit_call(spec, new, tmp_path / new, lineage=Lineage(of=resubmission_id(root, 1), root=root,
+                                                                            attempt=2))
+    assert call["metadata"]["argus"] == "1" and call["metadata"]["argus_resubmit_attempt"] == "2"
+    plain = controller.submit_call(spec, "grpo-1", tmp_path / "grpo-1")
+    assert not any(k.startswith("argus_resubmit") for k in plain["metadata"])
+    runs = JobRuns()
+    runs.observe([job_state(root, "FAILED", metadata=ARGUS), job_state(new, "RUNNING", metadata=call["metadata"])])
+    assert runs.resubmission_ran(root) == runs.resubmission_ran(resubmission_id(root, 1)) == new
