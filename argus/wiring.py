@@ -245,8 +245,10 @@ def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: Argu
         collectors=collectors or build_collectors(settings, metric_rules, metrics),
         detectors=detectors or build_detectors(settings, metric_rules, stall, memory),
         incidents=incidents,
-        # no new log lines because the log collectors are down is not a stalled job
-        needs={"stall": {"ray_logs", "job_logs"}, "idle_gpu": {"gpu_placement"}},
+        # no new log lines because the log collectors are down is not a stalled job; a rule Prometheus could not
+        # evaluate has not stopped holding; a job status Ray did not report this tick is not a job running again
+        needs={"stall": {"ray_logs", "job_logs"}, "idle_gpu": {"gpu_placement"}, "metric_rules": {"metric_rules"},
+               "job_failure": {"ray_state"}, "lost_node": {"ray_state"}},
         on_tick=after_tick,
     )
     return pipeline

@@ -162,5 +162,5 @@ class RayStateCollector:
             keys.ERROR_TYPE: _field(job, "error_type"),
             keys.START_TIME: start.isoformat() if start else None,
             keys.END_TIME: end.isoformat() if end else None,
-            "metadata": dict(_field(job, "metadata") or {}),
+            keys.METADATA: dict(_field(job, "metadata") or {}),
         }

@@ -48,6 +48,7 @@ from control.artifacts import CleanupPlan, apply_cleanup, plan_cleanup
 from control.jobspec import JobSpec
 from core.errors import ArgusError, ConfigError, Conflict, InputError, NotFound, SourceUnavailable
 from core.jobfolder import JobFolder, JobFolders, is_submission_id
+from core.lineage import Lineage
 from core.types import utcnow
 
 DEFAULT_ENTRYPOINT_RESOURCES: dict[str, float] = {"worker": 0.001}
@@ -195,10 +196,11 @@ class JobController:
 
     # -- submit ------------------------------------------------------------------------------------
 
-    def submit(self, spec: JobSpec, *, resume_from: Path | None = None) -> JobRecord:
+    def submit(self, spec: JobSpec, *, resume_from: Path | None = None, lineage: Lineage | None = None) -> JobRecord:
         """Create the job's folder, snapshot the spec and the submit call, and submit it to Ray.
 
-        `resume_from`: the checkpoint a resubmitted job resumes from, given to it as ARGUS_RESUME_FROM."""
+        `resume_from`: the checkpoint a resubmitted job resumes from, given to it as ARGUS_RESUME_FROM.
+        `lineage`: for a resubmission, the job it resubmits, written into the job's Ray metadata (core.lineage)."""
         sid = spec.submission_id or self.new_submission_id(spec.name)
         folder = self.folder(sid)
         job_dir = folder.root
@@ -220,7 +222,7 @@ class JobController:
         for sub in JobFolder.SUBMIT_SUBFOLDERS:
             (job_dir / sub).mkdir()
 
-        call = self.submit_call(spec, sid, job_dir, resume_from=resume_from)
+        call = self.submit_call(spec, sid, job_dir, resume_from=resume_from, lineage=lineage)
         folder.spec_file.write_text(spec.to_yaml(), encoding="utf-8")
         folder.submit_file.write_text(json.dumps(call, indent=2) + "\n", encoding="utf-8")
         try:
@@ -241,7 +243,7 @@ class JobController:
         )
 
     def submit_call(self, spec: JobSpec, submission_id: str, job_dir: Path, *,
-                    resume_from: Path | None = None) -> dict[str, Any]:
+                    resume_from: Path | None = None, lineage: Lineage | None = None) -> dict[str, Any]:
         """The keyword arguments of JobSubmissionClient.submit_job for `spec`: what submit.json records."""
         env = dict(spec.env)
         if spec.code_path is not None:
@@ -264,6 +266,8 @@ class JobController:
         metadata = {"argus": "1", "owner": spec.owner, "workload": spec.workload, "name": spec.name}
         if spec.timeout_s is not None:
             metadata["timeout_s"] = repr(spec.timeout_s)
+        if lineage is not None:
+            metadata.update(lineage.metadata())
         call: dict[str, Any] = {
             "entrypoint": entrypoint,
             "submission_id": submission_id,

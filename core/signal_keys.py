@@ -44,6 +44,7 @@ DRIVER_NODE_ID: Final = "driver_node_id"
 OWNER: Final = "owner"
 START_TIME: Final = "start_time"  # ISO 8601
 END_TIME: Final = "end_time"
+METADATA: Final = "metadata"  # a job's Ray metadata (str -> str): Argus's name/owner, a resubmission's lineage
 
 # -- storage (statvfs) ------------------------------------------------------------------------------------------
 PATH: Final = "path"

@@ -10,6 +10,13 @@ rule explains is still an interruption: it is reported as `unknown` with the mes
 Reported once per job while this detector lives. The fingerprint is category + job, the same as the log
 rule detector's, so the same OOM seen in the job's log lines and in its final message is one incident.
 Jobs that ended more than `lookback_s` before they were first seen (history at start-up) are skipped.
+
+Recovery: a failed job's fault ends when a resubmission of it reached RUNNING (detectors/resubmissions.py
+says which jobs are resubmissions; a job a person submits by hand is not assumed to be one). Then its incident
+may close (`recoveries()`). Without a resubmission it stays open for a person. A failed job whose resubmission
+already ran when it is first seen (Argus restarted meanwhile) is not reported again; its recovery still is,
+so an incident left open from before the restart closes. Failures past the lookback are classified only for
+that: their fingerprint.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from core.types import (
     Category,
     Evidence,
     Finding,
+    Recovery,
     Severity,
     Signal,
     SignalKind,
@@ -30,6 +38,7 @@ from core.types import (
     utcnow,
 )
 from detectors.engine import RuleSet, root_cause
+from detectors.resubmissions import JobRuns
 from detectors.timestamps import parse_iso
 
 UNMATCHED_REASON = "JobFailed"
@@ -62,8 +71,14 @@ class JobFailureDetector:
         self.max_remembered = max_remembered
         self._clock = clock
         self._reported: OrderedDict[str, None] = OrderedDict()
+        self._runs = JobRuns(max_jobs=max_remembered)
+        self._awaiting: OrderedDict[str, str] = OrderedDict()  # failed job -> fingerprint, until a resubmission runs
+        self._recovered: list[Recovery] = []
+        self._checked = -1  # the JobRuns generation the waiting jobs were last checked against
+        self._fresh = False  # a job joined the waiting ones since that check
 
     def detect(self, signals: Sequence[Signal]) -> list[Finding]:
+        self._runs.observe(signals)
         findings = []
         for signal in signals:
             if signal.kind is not SignalKind.JOB_STATE or signal.subject.kind is not SubjectKind.JOB:
@@ -72,17 +87,46 @@ class JobFailureDetector:
                 continue
             self._remember(signal.subject.id)
             ended = parse_iso(signal.attrs.get(keys.END_TIME)) or signal.observed_at
-            if self._clock() - ended > self.lookback:
-                continue
             finding = self._classify(signal, ended)
-            if finding is not None:
+            if finding is None:
+                continue
+            self._await_resubmission(signal.subject.id, finding.fingerprint)
+            fresh = self._clock() - ended <= self.lookback
+            if fresh and self._runs.resubmission_ran(signal.subject.id) is None:
                 findings.append(finding)
+        self._resubmitted()
         return findings
+
+    def recoveries(self) -> list[Recovery]:
+        """Failed jobs whose resubmission reached RUNNING since the last call (see the module docstring)."""
+        done, self._recovered = self._recovered, []
+        return done
+
+    def _resubmitted(self) -> None:
+        if self._checked == self._runs.generation and not self._fresh:
+            return  # no resubmission ran since the last check, and no job joined the waiting ones
+        self._checked, self._fresh = self._runs.generation, False
+        for job_id, fingerprint in list(self._awaiting.items()):
+            new = self._runs.resubmission_ran(job_id)
+            if new is None:
+                continue
+            del self._awaiting[job_id]
+            now = self._runs.status(new)
+            self._recovered.append(Recovery(
+                fingerprint=fingerprint, detector=self.name, observed_at=self._clock(),
+                reason=f"job {job_id} was resubmitted as {new}, which reached RUNNING"
+                + (f" (now {now})" if now and now != "RUNNING" else "")))
 
     def _remember(self, job_id: str) -> None:
         self._reported[job_id] = None
         while len(self._reported) > self.max_remembered:
             self._reported.popitem(last=False)
+
+    def _await_resubmission(self, job_id: str, fingerprint: str) -> None:
+        self._awaiting[job_id] = fingerprint
+        self._fresh = True
+        while len(self._awaiting) > self.max_remembered:
+            self._awaiting.popitem(last=False)
 
     def _classify(self, signal: Signal, ended: datetime) -> Finding | None:
         message = signal.text or signal.attrs.get(keys.MESSAGE) or ""

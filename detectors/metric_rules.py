@@ -20,7 +20,10 @@ also writes the rules as a Prometheus rule file. Summaries are Prometheus templa
 so that the text Argus writes and the text Alertmanager sends are the same.
 
 `MetricRuleDetector` applies `for` the way Prometheus does: a (rule, subject) must be active in every
-evaluation for the whole duration before it fires, and starts over when it disappears.
+evaluation for the whole duration before it fires, and starts over when it disappears. It applies `for` to the
+end as well: a firing (rule, subject) whose series are absent from every evaluation for `for` (with `for: 0`,
+from one evaluation) has ended, and its incident may close (`recoveries()`); one that comes back sooner was a
+blip of the same fault. An evaluation that did not happen (Prometheus down, the query rejected) is no absence.
 """
 
 from __future__ import annotations
@@ -38,7 +41,18 @@ from loguru import logger
 
 from core import signal_keys
 from core.errors import RuleError
-from core.types import Category, Evidence, Finding, Severity, Signal, SignalKind, fingerprint_of, utcnow
+from core.types import (
+    Category,
+    Evidence,
+    Finding,
+    Recovery,
+    Severity,
+    Signal,
+    SignalKind,
+    Subject,
+    fingerprint_of,
+    utcnow,
+)
 from detectors import xid as xid_catalog
 from detectors.alert_templates import go_float, render_template, template_problem
 from detectors.promql import bracket_problem
@@ -243,14 +257,18 @@ def _build_rule(path: Path, node: yaml.Node, item: Any, group: str) -> MetricRul
 class _Active:
     since: datetime
     fired: bool = False
+    fingerprint: str = ""  # of the finding, once fired
+    subject: Subject | None = None
+    absent_since: datetime | None = None  # a fired one's series are missing from evaluations since then
 
 
 class MetricRuleDetector:
     """Turns the METRIC signals of MetricRuleCollector into findings, applying each rule's `for`.
 
     One finding per (rule, subject) and firing episode: while it stays active nothing more is reported; once
-    it clears and comes back, it is reported again (the store folds it into the same incident by fingerprint).
-    A rule that was not evaluated in a poll (Prometheus down) keeps its state.
+    it has cleared (absent for `for`, told by `recoveries()`) and comes back, it is reported again (the store
+    folds it into the same incident by fingerprint). A rule that was not evaluated in a poll (Prometheus down)
+    keeps its state. The series of one subject are one fault: it ends when all of them are gone.
     """
 
     name = "metric_rules"
@@ -260,6 +278,7 @@ class MetricRuleDetector:
         self.rules = rules if isinstance(rules, MetricRuleSet) else MetricRuleSet(rules)
         self._clock = clock
         self._active: dict[tuple[str, str], _Active] = {}
+        self._recovered: list[Recovery] = []
 
     def detect(self, signals: Sequence[Signal]) -> list[Finding]:
         now = self._clock()
@@ -276,21 +295,47 @@ class MetricRuleDetector:
                 current.setdefault((reason, signal.subject.key()), []).append(signal)
 
         for key in [k for k in self._active if k[0] in evaluated and k not in current]:
-            del self._active[key]  # cleared: the next appearance starts a new pending period
+            self._absent(key, now)
 
         findings = []
         for key, series in current.items():
             rule = self.rules.get(key[0])
             assert rule is not None  # filtered above
             state = self._active.setdefault(key, _Active(since=now))
+            state.absent_since = None  # back before it had cleared: the same episode goes on
             if state.fired or (now - state.since).total_seconds() < rule.for_s:
                 continue
-            state.fired = True
-            findings.append(self._finding(rule, series, state.since, now))
+            finding = self._finding(rule, series, state.since, now)
+            state.fired, state.fingerprint, state.subject = True, finding.fingerprint, finding.subject
+            findings.append(finding)
         return findings
 
+    def recoveries(self) -> list[Recovery]:
+        """The firing (rule, subject) pairs that have been absent for their rule's `for` since the last call."""
+        done, self._recovered = self._recovered, []
+        return done
+
+    def _absent(self, key: tuple[str, str], now: datetime) -> None:
+        state = self._active[key]
+        if not state.fired:
+            del self._active[key]  # cleared while pending: the next appearance starts a new pending period
+            return
+        rule = self.rules.get(key[0])
+        assert rule is not None  # only rules of the set get a state
+        state.absent_since = state.absent_since or now
+        if (now - state.absent_since).total_seconds() < rule.for_s:
+            return
+        del self._active[key]
+        who = (state.subject.name or state.subject.id) if state.subject is not None else key[1]
+        cleared = f"since {state.absent_since:%Y-%m-%d %H:%M:%S} UTC" if rule.for_s else "in the last evaluation"
+        self._recovered.append(Recovery(
+            fingerprint=state.fingerprint, detector=self.name, observed_at=now,
+            reason=f"metric rule {rule.reason} no longer holds for {who}: `{' '.join(rule.expr.split())}` "
+            f"returned no series for it {cleared} (for: {rule.for_text})"))
+
     def pending(self) -> dict[tuple[str, str], datetime]:
-        """(reason, subject key) -> active since, for every series pending or firing now."""
+        """(reason, subject key) -> active since, for every series pending or firing now (a firing one stays
+        until it has cleared for its rule's `for`)."""
         return {k: v.since for k, v in self._active.items()}
 
     def _finding(self, rule: MetricRule, series: list[Signal], since: datetime, now: datetime) -> Finding:

@@ -25,7 +25,7 @@ A job is judged only while its last JOB_STATE says RUNNING and only once a log l
 whose logs are not collected has no rhythm to lose). The detector returns the finding on every call while
 the stall lasts; progress ends the episode as a recovery (`recoveries()`, read by the loop after each tick,
 closes the incident). A job that leaves RUNNING while hung also ends the episode, but that is no recovery: its
-incident stays open for the failed-job path, a resubmission or a person.
+incident stays open until a resubmission of it reaches RUNNING (detectors/resubmissions.py), or for a person.
 The fingerprint names the job and the last progress line, so one stall is one incident across restarts.
 
 Restarts: with a `memory` (core.ports.DetectorMemory), each job's rhythm (detectors/stall_state.py) is saved after
@@ -64,6 +64,7 @@ from core.types import (
     utcnow,
 )
 from detectors.memory import SavedState, StateUnreadable
+from detectors.resubmissions import JobRuns
 from detectors.stall_state import MAX_COUNTERS, ProgressCounter, WatchedJob, recalled, remembered
 
 REASON = "TrainingStalled"
@@ -81,6 +82,7 @@ GPU_ACTIVITY_METRICS = frozenset(
 )
 _JOB_LABELS = ("submission_id", "job", "job_id")
 
+_MAX_HUNG_ENDED = 10_000  # hung jobs that ended, kept until resubmitted: the oldest are let go past this
 _MATCH_CHARS = 8 * 1024  # step markers sit at the start of a line; a 100 MB line is not searched whole
 
 
@@ -192,11 +194,14 @@ class StallDetector:
         self._changed: set[str] = set()  # jobs whose remembered state may differ from what was saved
         self._saved = SavedState(memory, self.name)
         self._recall()
+        self._runs = JobRuns()
+        self._hung_ended: dict[str, tuple[str, str]] = {}  # job -> (stall fingerprint, status), until resubmitted
 
     # -- the one verb ------------------------------------------------------------------------------
 
     def detect(self, signals: Sequence[Signal]) -> list[Finding]:
         now = self._clock()
+        self._runs.observe(signals)
         for signal in signals:
             if signal.kind is SignalKind.JOB_STATE and signal.subject.kind is SubjectKind.JOB:
                 job = self._job(signal.subject)
@@ -316,6 +321,7 @@ class StallDetector:
             findings.extend(self._judge_job(job_id, job, now))
             if job_id not in self._jobs or job.episode != episode:
                 self._changed.add(job_id)
+        self._resubmitted(now)
         return findings
 
     def _judge_job(self, job_id: str, job: WatchedJob, now: datetime) -> list[Finding]:
@@ -327,6 +333,10 @@ class StallDetector:
             # Ray has not said this job is RUNNING (yet, or since a restart): not judged, its episode kept
             return []
         if job.status != "RUNNING":
+            if job.episode is not None:
+                self._hung_ended[job_id] = (job.episode, job.status)
+                while len(self._hung_ended) > _MAX_HUNG_ENDED:
+                    del self._hung_ended[next(iter(self._hung_ended))]
             self._end_episode(job)
             # Finished jobs keep nothing; a resubmission under the same id starts afresh.
             job.counters.clear()
@@ -345,6 +355,17 @@ class StallDetector:
         finding = self._finding(job, verdict, now)
         job.episode = finding.fingerprint
         return [finding]
+
+    def _resubmitted(self, now: datetime) -> None:
+        """Hung jobs that ended (stopped to be resubmitted, or killed by the watchdog) whose resubmission runs."""
+        for job_id, (fingerprint, status) in list(self._hung_ended.items()):
+            new = self._runs.resubmission_ran(job_id)
+            if new is not None:
+                del self._hung_ended[job_id]
+                self._recovered.append(Recovery(
+                    fingerprint=fingerprint, detector=self.name, observed_at=now,
+                    reason=f"job {job_id} ended {status} while hung and was resubmitted as {new}, "
+                    "which reached RUNNING"))
 
     def _verdict(self, job: WatchedJob, now: datetime) -> _Verdict | None:
         if job.log.last_at is None:

@@ -11,7 +11,8 @@ with what it did); none raises for a failure of the cluster, and each is safe to
 - resubmit_job: the job's spec under the deterministic id `<root>-r<n>`, resuming (verl:
   `trainer.resume_mode=auto`; every job: ARGUS_RESUME=1 and ARGUS_RESUME_FROM=<latest checkpoint>). Ray
   refuses a second job with one id, so a retried resubmit can never start the job twice. A job still
-  running (a hang) is stopped first. Drained nodes take no new work, so the new job lands elsewhere.
+  running (a hang) is stopped first. Drained nodes take no new work, so the new job lands elsewhere. The new
+  job's Ray metadata names the job it resubmits (core.lineage): detectors close the fault's incident once it runs.
 - stop_job: stop the job (idle GPUs held past the grace period).
 
 One module past 400 lines on purpose: the four steps share the scene writer, the job and node lookups and the
@@ -43,6 +44,7 @@ from control.nodes import NodeRecord, NodeRegistry, NodeState
 from control.ssh import CommandRunner
 from core.errors import ArgusError, Conflict, NotFound
 from core.jobfolder import JobFolder, JobFolders
+from core.lineage import Lineage, resubmission_id
 from core.refs import refs_of
 from core.types import ActionState, Incident, utcnow
 from detectors.timestamps import parse_iso
@@ -314,7 +316,7 @@ def resubmit_job(ctx: Context, incident: Incident, params: dict[str, Any], dry_r
 
 
 def next_submission_id(root: str, attempt: int) -> str:
-    return f"{root[:56]}-r{attempt}"
+    return resubmission_id(root, attempt)
 
 
 def _resubmit_one(ctx: Context, incident: Incident, sid: str, dry_run: bool) -> dict[str, Any]:
@@ -345,7 +347,7 @@ def _resubmit_one(ctx: Context, incident: Incident, sid: str, dry_run: bool) -> 
     new = spec.model_copy(update={"submission_id": new_sid, "resume": True, "entrypoint": entry})
     for _ in range(2):
         try:
-            ctx.jobs.submit(new, resume_from=checkpoint)
+            ctx.jobs.submit(new, resume_from=checkpoint, lineage=Lineage(of=sid, root=root, attempt=attempt + 1))
             break
         except Conflict:
             # A retry after a crash. If Ray has the job, this attempt happened: never a second one. If only

@@ -38,3 +38,14 @@ def test_direct_dcgm_scrape_or_nvml_without_prometheus(tmp_path):
     settings = load_settings(data_dir=tmp_path, nvml=True)
     assert "nvml" in names(build_pipeline(settings, IncidentDesk(store)))[0]
     store.close()
+
+
+def test_detectors_whose_recoveries_need_a_source_skip_ticks_without_it(tmp_path):
+    """A rule Prometheus could not evaluate has not stopped holding; a job status Ray did not report is not a job
+    running again: those detectors skip the tick (argus.pipeline), so neither can close an incident."""
+    settings = load_settings(data_dir=tmp_path, shared_root=tmp_path / "no-such-root", prometheus_url="http://prom:9090")
+    store = Store(settings.effective_database_url)
+    pipeline = build_pipeline(settings, IncidentDesk(store))
+    store.close()
+    assert pipeline.needs["metric_rules"] == {"metric_rules"}
+    assert pipeline.needs["job_failure"] == pipeline.needs["lost_node"] == {"ray_state"}

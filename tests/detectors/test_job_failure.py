@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from core.lineage import Lineage
 from core.types import Category, Signal, SignalKind, Subject, SubjectKind, fingerprint_of
 from detectors.engine import RuleSet
 from detectors.job_failure import UNMATCHED_REASON, JobFailureDetector
+from tests.support import Clock
+from tests.support.job_states import ARGUS, job_state, resubmission
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -143,3 +146,67 @@ def test_ray_oom_message_cut_to_its_advice_is_still_host_oom():
     ]
     winner = root_cause(list(load_rules().scan(tail, source="message")))
     assert winner is not None and winner.rule.category.value == "host_oom"
+
+
+# --- recovery: a resubmission reached RUNNING -------------------------------------------------------------
+
+
+SID = "grpo-20261122T084034Z-eff5"
+
+
+def failed(sid: str = SID, **kw: object) -> Signal:
+    return job_state(sid, "FAILED", message=OOM_MESSAGE, metadata=ARGUS, at=NOW, **kw)  # type: ignore[arg-type]
+
+
+def test_a_failed_jobs_incident_closes_when_its_resubmission_runs(rules: RuleSet) -> None:
+    clock = Clock(NOW)
+    det = JobFailureDetector(rules, clock=clock)
+    [finding] = det.detect([failed()])
+    assert det.recoveries() == []
+    clock.tick(30)
+    assert det.detect([failed(), resubmission(SID, 1, "PENDING", at=clock.now)]) == []
+    assert det.recoveries() == []  # submitted is not running
+    clock.tick(30)
+    det.detect([failed(), resubmission(SID, 1, "RUNNING", at=clock.now)])
+    [recovered] = det.recoveries()
+    assert recovered.fingerprint == finding.fingerprint and recovered.detector == "job_failure"
+    assert recovered.reason == f"job {SID} was resubmitted as {SID}-r1, which reached RUNNING"
+    assert recovered.observed_at == clock.now
+    det.detect([failed(), resubmission(SID, 1, "RUNNING", at=clock.tick(30))])
+    assert det.recoveries() == []  # told once
+
+
+def test_without_an_argus_resubmission_the_incident_stays_open_for_a_person(rules: RuleSet) -> None:
+    det = JobFailureDetector(rules, clock=Clock(NOW))
+    [finding] = det.detect([failed()])
+    others = [
+        job_state("sft-20261122T090000Z-0a1b", "RUNNING", metadata=ARGUS, at=NOW),  # an unrelated job
+        job_state(f"{SID}-r1", "RUNNING", at=NOW),  # a person's `ray job submit` under a look-alike id
+        job_state("raysubmit_9", "RUNNING", at=NOW),  # a person's `ray job submit` of the same entrypoint
+    ]
+    for _ in range(3):
+        det.detect([failed(), *others])
+    assert det.recoveries() == []
+    # the resubmission that failed before it ran does not close it either; the next attempt that runs does
+    first_retry = job_state(f"{SID}-r1", "FAILED", message="ValueError: bad runtime env", at=NOW,
+                            metadata={**ARGUS, **Lineage(of=SID, root=SID, attempt=1).metadata()})
+    [retry_failed] = det.detect([failed(), first_retry])  # its own failure: its own incident
+    assert det.recoveries() == []
+    det.detect([failed(), first_retry, resubmission(f"{SID}-r1", 2, "SUCCEEDED", root=SID)])
+    recovered = {r.fingerprint: r.reason for r in det.recoveries()}
+    assert recovered == {  # the chain's next attempt that ran ends both failures
+        finding.fingerprint: f"job {SID} was resubmitted as {SID}-r2, which reached RUNNING (now SUCCEEDED)",
+        retry_failed.fingerprint: f"job {SID}-r1 was resubmitted as {SID}-r2, which reached RUNNING (now SUCCEEDED)",
+    }
+
+
+def test_a_failure_whose_resubmission_already_ran_is_not_news_but_still_closes(rules: RuleSet) -> None:
+    """Argus restarted after the job failed and was resubmitted: nothing new is reported, and an incident left
+    open from before the restart closes (failures past the lookback too)."""
+    det = JobFailureDetector(rules, lookback_s=3600, clock=Clock(NOW))
+    old = failed(sid="old-1", ended=NOW - timedelta(hours=5))
+    assert det.detect([failed(), resubmission(SID, 1, "RUNNING"), old, resubmission("old-1", 1, "SUCCEEDED")]) == []
+    recovered = det.recoveries()
+    expected = fingerprint_of(Category.HOST_OOM, Subject(kind=SubjectKind.JOB, id=SID))
+    assert sorted(r.fingerprint for r in recovered) == sorted(
+        [expected, fingerprint_of(Category.HOST_OOM, Subject(kind=SubjectKind.JOB, id="old-1"))])

@@ -2,6 +2,8 @@ from datetime import datetime, timedelta, timezone
 
 from core.types import Category, Severity, Signal, SignalKind, Subject, SubjectKind
 from detectors.lost_node import LostNodeDetector
+from tests.support import Clock
+from tests.support.job_states import ARGUS, job_state, resubmission
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 
@@ -92,3 +94,61 @@ def test_planned_ends_and_history_are_never_recoveries():
     assert d.detect([planned, node("n4", "DEAD", died=NOW - timedelta(hours=2))]) == []
     d.detect([node("n5", "ALIVE")])
     assert d.recoveries() == []
+
+
+# --- recovery: the jobs it hit run again -----------------------------------------------------------------
+
+
+def hit(sid: str, status: str = "RUNNING") -> dict:
+    return {"job_id": f"0{len(sid)}000000", "submission_id": sid, "status": status, "entrypoint": "python ppo.py"}
+
+
+def test_a_lost_node_closes_when_every_job_it_hit_runs_again_as_a_resubmission():
+    clock = Clock(NOW)
+    d = LostNodeDetector(clock=clock)
+    dead = node("n1", "DEAD", died=NOW, jobs=[hit("ppo-a"), hit("ppo-b"), hit("done-c", "SUCCEEDED")])
+    [lost] = d.detect([dead, job_state("ppo-a", "RUNNING", metadata=ARGUS), job_state("ppo-b", "RUNNING")])
+    assert d.recoveries() == []
+    clock.tick(60)  # ppo-a failed and was resubmitted by Argus, which runs; ppo-b failed, nobody resubmitted it yet
+    d.detect([dead, job_state("ppo-a", "FAILED", metadata=ARGUS), resubmission("ppo-a", 1, "RUNNING"),
+              job_state("ppo-b", "FAILED"), job_state("ppo-b-again", "RUNNING")])  # a person's own new job
+    assert d.recoveries() == []
+    clock.tick(60)
+    d.detect([dead, job_state("ppo-a", "FAILED", metadata=ARGUS), resubmission("ppo-a", 1, "RUNNING"),
+              job_state("ppo-b", "FAILED", metadata=ARGUS), resubmission("ppo-b", 1, "RUNNING")])
+    [recovery] = d.recoveries()
+    assert recovery.fingerprint == lost.fingerprint and recovery.observed_at == clock.now
+    assert recovery.reason == (
+        "every job that had work on node 10.0.0.7 (n1) runs again: ppo-a was resubmitted as ppo-a-r1, which "
+        "reached RUNNING; ppo-b was resubmitted as ppo-b-r1, which reached RUNNING")
+    d.detect([dead, resubmission("ppo-a", 1, "RUNNING"), node("n9", "ALIVE")])
+    assert d.recoveries() == []  # told once: the host rejoining later closes nothing more
+
+
+def test_a_job_that_was_pending_runs_and_a_running_one_counts_once_it_outlived_the_collective_timeout():
+    clock = Clock(NOW)
+    d = LostNodeDetector(job_survives_s=600, clock=clock)
+    dead = node("n1", "DEAD", died=NOW, jobs=[hit("waiting", "PENDING"), hit("elastic")])
+    [lost] = d.detect([dead, job_state("waiting", "PENDING"), job_state("elastic", "RUNNING")])
+    clock.tick(30)
+    d.detect([dead, job_state("waiting", "RUNNING"), job_state("elastic", "RUNNING")])
+    assert d.recoveries() == []  # "elastic" may be hung on a peer it lost: not yet
+    clock.at(599)
+    d.detect([dead, job_state("waiting", "RUNNING"), job_state("elastic", "RUNNING")])
+    assert d.recoveries() == []
+    clock.at(600)
+    d.detect([dead, job_state("waiting", "RUNNING"), job_state("elastic", "RUNNING")])
+    [recovery] = d.recoveries()
+    assert recovery.fingerprint == lost.fingerprint
+    assert "waiting was PENDING and is RUNNING; elastic is still RUNNING 600 s after the node died" in recovery.reason
+
+
+def test_a_node_that_hit_no_job_waits_for_its_host_and_a_failed_job_keeps_it_open():
+    clock = Clock(NOW)
+    d = LostNodeDetector(job_survives_s=60, clock=clock)
+    d.detect([node("idle", "DEAD", died=NOW, jobs=[hit("old", "SUCCEEDED")])])
+    [lost] = d.detect([node("n2", "DEAD", died=NOW, jobs=[hit("ppo")])])
+    clock.tick(3600)
+    d.detect([job_state("old", "SUCCEEDED"), job_state("ppo", "FAILED"), job_state("other", "RUNNING")])
+    assert d.recoveries() == []
+    assert lost.subject.id == "n2"

@@ -254,6 +254,89 @@ def test_a_poll_without_the_rule_keeps_its_state(tmp_path: Path) -> None:
     assert len(detector.detect(hot)) == 1
 
 
+def fire_hot_gpu(detector: MetricRuleDetector, clock: Clock, *gpus: Subject):
+    """HotGpu (for: 2m) active on `gpus` from now until it fires; the findings."""
+    hot = [evaluated("HotGpu", len(gpus)), *(series("HotGpu", 95, g) for g in gpus)]
+    assert detector.detect(hot) == []
+    clock.advance(120)
+    return detector.detect(hot)
+
+
+def test_a_firing_rule_ends_once_absent_for_its_for_and_a_shorter_blip_does_not_end_it(tmp_path: Path) -> None:
+    clock = Clock()
+    detector = MetricRuleDetector(MetricRuleSet.load([write(tmp_path, GOOD)]), clock=clock)
+    [finding] = fire_hot_gpu(detector, clock, gpu())
+    hot, cool = [evaluated("HotGpu"), series("HotGpu", 95, gpu())], [evaluated("HotGpu", 0)]
+    for seconds in (30, 60):  # absent at +30 and +90: 60 s, shorter than for: 2m
+        clock.advance(seconds)
+        assert detector.detect(cool) == []
+    assert detector.recoveries() == []
+    clock.advance(30)
+    assert detector.detect(hot) == []  # back within its `for`: the same fault, not a new finding
+    clock.advance(30)
+    detector.detect(cool)  # absent from here
+    clock.advance(119)
+    detector.detect(cool)
+    assert detector.recoveries() == [] and ("HotGpu", "gpu:GPU-1") in detector.pending()
+    clock.advance(1)
+    detector.detect(cool)
+    [recovered] = detector.recoveries()
+    assert recovered.fingerprint == finding.fingerprint and recovered.detector == "metric_rules"
+    assert recovered.observed_at == clock.now
+    assert recovered.reason == ("metric rule HotGpu no longer holds for n1/gpu1: `DCGM_FI_DEV_GPU_TEMP > 90` returned "
+                                "no series for it since 2026-01-01 00:04:30 UTC (for: 2m)")
+    assert detector.pending() == {}
+    clock.advance(30)
+    detector.detect(cool)
+    assert detector.recoveries() == []  # told once
+    [again] = fire_hot_gpu(detector, clock, gpu())  # a new episode: pending again for 2m, then the same fingerprint
+    assert again.fingerprint == finding.fingerprint
+
+
+def test_a_rule_with_for_0_ends_on_the_first_evaluation_without_it(tmp_path: Path) -> None:
+    clock = Clock()
+    detector = MetricRuleDetector(MetricRuleSet.load([write(tmp_path, GOOD)]), clock=clock)
+    [finding] = detector.detect([evaluated("XidNow"), series("XidNow", 79, gpu())])
+    clock.advance(30)
+    detector.detect([evaluated("HotGpu", 0)])  # another rule's evaluation says nothing of this one
+    assert detector.recoveries() == []
+    detector.detect([evaluated("XidNow", 0)])
+    [recovered] = detector.recoveries()
+    assert recovered.fingerprint == finding.fingerprint
+    assert recovered.reason.endswith("returned no series for it in the last evaluation (for: 0s)")
+
+
+def test_an_outage_is_no_absence(tmp_path: Path) -> None:
+    """Polls where the rule was not evaluated (Prometheus down, the query refused) neither start nor end the
+    count: the fault ends only after evaluations that lacked it for the whole `for`."""
+    clock = Clock()
+    detector = MetricRuleDetector(MetricRuleSet.load([write(tmp_path, GOOD)]), clock=clock)
+    fire_hot_gpu(detector, clock, gpu())
+    for _ in range(20):  # ten minutes without an evaluation
+        clock.advance(30)
+        assert detector.detect([evaluated("XidNow", 0)]) == []
+    assert detector.recoveries() == []
+    detector.detect([evaluated("HotGpu", 0)])  # the first evaluation again, and the series is gone: count from here
+    clock.advance(60)
+    detector.detect([evaluated("HotGpu", 0)])
+    assert detector.recoveries() == []
+    clock.advance(60)
+    detector.detect([evaluated("HotGpu", 0)])
+    assert len(detector.recoveries()) == 1
+
+
+def test_each_subject_is_its_own_fault(tmp_path: Path) -> None:
+    clock = Clock()
+    detector = MetricRuleDetector(MetricRuleSet.load([write(tmp_path, GOOD)]), clock=clock)
+    first, second = fire_hot_gpu(detector, clock, gpu("GPU-1"), gpu("GPU-2"))
+    only_two = [evaluated("HotGpu"), series("HotGpu", 95, gpu("GPU-2"))]
+    detector.detect(only_two)
+    clock.advance(120)
+    assert detector.detect(only_two) == []
+    [recovered] = detector.recoveries()
+    assert recovered.fingerprint == first.fingerprint != second.fingerprint
+
+
 def test_xid_finding_names_the_xid_its_meaning_and_the_catalog_action(tmp_path: Path) -> None:
     rules = MetricRuleSet.load([write(tmp_path, GOOD)])
     first = MetricRuleDetector(rules, clock=Clock())

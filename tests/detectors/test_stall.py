@@ -10,6 +10,7 @@ from core.errors import ConfigError
 from core.types import Category, Signal, SignalKind, Subject, SubjectKind
 from detectors.stall import LOG_GROWTH, ProgressPattern, StallDetector
 from tests.support import Clock
+from tests.support.job_states import resubmission
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 JOB = "raysubmit_abc"
@@ -181,6 +182,35 @@ def test_a_job_that_finishes_while_stalled_ends_its_episode_but_is_not_a_recover
     assert det.detect([job_state("FAILED")]) == []
     assert det.recoveries() == []
     assert det.progress() == {}  # the job is no longer judged
+
+
+def test_a_hung_job_stopped_and_resubmitted_closes_once_the_resubmission_runs() -> None:
+    clock, log = Clock(T0), Log()
+    det = StallDetector(min_stall_s=60, factor=3, clock=clock)
+    run_steps(det, clock, log, [10.0, 20.0, 30.0])
+    [finding] = poll(det, clock, 100)
+    clock.at(110)  # Argus's resubmit_job stops the hung job, then submits JOB-r1
+    det.detect([job_state("STOPPED"), resubmission(JOB, 1, "PENDING", at=clock.now),
+                job_state("RUNNING", job="raysubmit_unrelated")])
+    assert det.recoveries() == []
+    clock.at(120)
+    assert det.detect([job_state("STOPPED"), resubmission(JOB, 1, "RUNNING", at=clock.now)]) == []
+    [recovered] = det.recoveries()
+    assert recovered.fingerprint == finding.fingerprint and recovered.detector == "stall"
+    assert recovered.reason == (
+        f"job {JOB} ended STOPPED while hung and was resubmitted as {JOB}-r1, which reached RUNNING")
+    det.detect([job_state("STOPPED"), resubmission(JOB, 1, "RUNNING", at=clock.tick(10))])
+    assert det.recoveries() == []
+
+
+def test_a_job_that_ended_without_hanging_has_no_stall_to_close_when_resubmitted() -> None:
+    clock, log = Clock(T0), Log()
+    det = StallDetector(min_stall_s=60, factor=3, clock=clock)
+    run_steps(det, clock, log, [10.0, 20.0, 30.0])
+    clock.at(40)
+    det.detect([job_state("FAILED")])
+    det.detect([job_state("FAILED"), resubmission(JOB, 1, "RUNNING", at=clock.tick(10))])
+    assert det.recoveries() == []
 
 
 def test_repeated_steps_and_other_lines_are_not_progress_once_a_job_prints_steps() -> None:
