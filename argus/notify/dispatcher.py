@@ -326,9 +326,9 @@ class Dispatcher:
             lane.down_until = self._clock().timestamp() + self.cooldown_s
         digest = f"{len(batch)} grouped" if len(batch) > 1 else None
         for p in batch:
-            self._record(p, channel.name, outcome, digest)
-            for earlier in p.earlier:  # a flapping incident's changes this message told in one
+            for earlier in p.earlier:  # a flapping incident's changes this message told in one, in their order
                 self._record(earlier, channel.name, outcome, digest, folded_into=p.key)
+            self._record(p, channel.name, outcome, digest)
         self._tell(channel.name, "sent" if outcome.ok else "failed")
         ids = batch[0].message.incident_id if len(batch) == 1 else f"{len(batch)} incidents"
         if outcome.ok:
