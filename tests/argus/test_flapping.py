@@ -5,6 +5,7 @@ detector, a real webhook receiver and a real local Slack receiver."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from core.types import Category, Finding, IncidentState, Severity, Subject, Subj
 from detectors.disk_space import DiskSpaceDetector
 from stage.localstack.ports import free_port
 from stage.localstack.webhook_receiver import WebhookReceiver
+from tests.argus.test_cli import run as run_cli
 from tests.argus.test_recoveries import GB, Feed, storage
 from tests.notify.platforms import Platform, digest_text
 from tests.support import Clock, RecordingSubscriber
@@ -102,6 +104,19 @@ def test_a_desk_without_a_reopen_window_opens_a_new_incident_and_a_negative_one_
         load_settings(reopen_window_s=-5)
     with pytest.raises(ConfigError, match="renotify_interval_s"):
         load_settings(renotify_interval_s=-1)
+
+
+def test_the_cli_shows_the_reopen_count(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'argus.db'}")
+    incident, _ = store.file_finding(node_lost())
+    store.set_state(incident.id, IncidentState.RESOLVED)
+    assert store.file_finding(node_lost(), reopen_within_s=1800)[1] == "reopened"
+    store.close()
+    env = {"ARGUS_DATA_DIR": str(tmp_path)}
+    shown = run_cli("incidents", "show", incident.id, env=env)
+    assert shown.returncode == 0 and "seen 2x, reopened 1x" in shown.stdout, shown.stderr
+    as_json = run_cli("incidents", "show", incident.id, "--json", env=env)
+    assert json.loads(as_json.stdout)["incident"]["reopened"] == 1
 
 
 def test_a_reopened_incident_is_not_planned_again(tmp_path: Path) -> None:
