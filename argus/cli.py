@@ -105,7 +105,7 @@ def incidents_list(
         store.close()
     if as_json:
         for i in items:
-            print(json.dumps(i.model_dump(mode="json"), ensure_ascii=False))
+            print(json.dumps({**i.model_dump(mode="json"), "reopened": i.reopened}, ensure_ascii=False))
     elif not items:
         out.print("no incidents")
     else:
@@ -130,7 +130,7 @@ def incidents_show(
         store.close()
     if as_json:
         body = {
-            "incident": incident.model_dump(mode="json"),
+            "incident": {**incident.model_dump(mode="json"), "reopened": incident.reopened},  # as the API shows it
             "findings": [f.model_dump(mode="json") for f in findings],
         }
         print(json.dumps(body, ensure_ascii=False))
@@ -138,6 +138,7 @@ def incidents_show(
     out.print(
         f"[bold]{incident.id}[/] {incident.state.value} [bold red]{incident.category.value}[/] "
         f"({incident.severity.value}), seen {incident.occurrences}x"
+        + (f", reopened {incident.reopened}x" if incident.reopened else "")
     )
     out.print(f"subject: {incident.subject.kind.value} {incident.subject.id} {incident.subject.name or ''}")
     out.print(f"first seen {incident.first_seen.isoformat()}, detected {incident.detected_at.isoformat()}")

@@ -50,6 +50,7 @@ class TickResult:
     signals: int = 0
     findings: list[Finding] = field(default_factory=list)
     opened: list[Incident] = field(default_factory=list)
+    reopened: list[Incident] = field(default_factory=list)  # resolved incidents whose fault came back this tick
     recoveries: list[Recovery] = field(default_factory=list)  # faults detectors saw end this tick
     resolved: list[Incident] = field(default_factory=list)  # the open incidents those recoveries closed
     errors: dict[str, str] = field(default_factory=dict)
@@ -161,6 +162,8 @@ class Pipeline:
         filed = self.incidents.file(finding)
         if filed.outcome is Outcome.OPENED:
             result.opened.append(filed.incident)
+        elif filed.outcome is Outcome.REOPENED:
+            result.reopened.append(filed.incident)
 
     def health(self) -> dict[str, Any]:
         return {

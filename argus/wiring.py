@@ -146,7 +146,7 @@ def build_incidents(settings: Settings, store: Any, *, events: EventBus | None =
     bus as `events` when something built before the desk (the report service) publishes on it too."""
     bus = events or EventBus()
     bus.start(build_subscribers(settings, store, bus, **subscribers))
-    return IncidentDesk(store, events=bus, correlator=Correlator(store))
+    return IncidentDesk(store, events=bus, correlator=Correlator(store), reopen_window_s=settings.reopen_window_s)
 
 
 def build_dispatcher(settings: Settings, store: Any, *, public_url: str | None = None,
@@ -159,6 +159,7 @@ def build_dispatcher(settings: Settings, store: Any, *, public_url: str | None =
     if metrics is not None:
         metrics.declare_channels(c.name for c in channels)
     dispatcher = Dispatcher(channels, store, public_url=public_url, timeout_s=settings.request_timeout_s,
+                            renotify_interval_s=settings.renotify_interval_s,
                             on_delivery=metrics.notification_delivered if metrics is not None else None)
     return dispatcher.start()
 

@@ -98,6 +98,14 @@ class Settings(BaseSettings):
     )
     approval_link_ttl_s: float = Field(default=3600.0, gt=0, le=7 * 86400, description="how long approve links work")
     webhook_urls: list[str] = Field(default_factory=list, description="generic JSON webhooks for incidents")
+    reopen_window_s: float = Field(
+        default=1800.0, ge=0, description="a fault back this soon after its incident was resolved reopens that "
+        "incident (counted) instead of opening a new one; 0: never reopen"
+    )
+    renotify_interval_s: float = Field(
+        default=900.0, ge=0, description="IM messages about a reopened (flapping) incident: at most one per this "
+        "long, later changes folded into the next; 0: no limit"
+    )
 
     # the API
     api_host: str = "127.0.0.1"

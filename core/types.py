@@ -151,6 +151,14 @@ class Recovery(_Model):
     observed_at: datetime = Field(default_factory=utcnow)
 
 
+# The incident attrs the store keeps about a fault that came back after its incident was resolved (flapping):
+# how many times it was reopened, when last, and when it had been resolved before that. Kept in attrs, not in
+# columns of their own, so that counting reopenings needed no schema change.
+REOPENED = "reopened"
+REOPENED_AT = "reopened_at"
+RESOLVED_BEFORE = "resolved_before"
+
+
 class Incident(_Model):
     """Findings with one fingerprint, with a lifecycle. Built by the store; read by everyone else."""
 
@@ -169,6 +177,12 @@ class Incident(_Model):
     recommended_action: str | None = None
     attrs: dict[str, Any] = Field(default_factory=dict)
     resolved_at: datetime | None = None
+
+    @property
+    def reopened(self) -> int:
+        """How many times the fault came back after the incident was resolved (0: never)."""
+        count = self.attrs.get(REOPENED, 0)
+        return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
 
 
 class Action(_Model):

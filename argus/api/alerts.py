@@ -94,13 +94,15 @@ async def alertmanager(request: Request, body: Annotated[AlertmanagerWebhook, Bo
     """File firing alerts through the incident desk (correlated and announced like Argus's own findings); a
     resolved alert resolves the incident it opened."""
     desk = incidents_of(request)
-    opened, folded, resolved = [], 0, []
+    opened, reopened, folded, resolved = [], [], 0, []
     for alert in body.alerts:
         finding = to_finding(alert)
         if alert.status == "firing":
             filed = await run_in_threadpool(desk.file, finding)
             if filed.outcome is Outcome.OPENED:
                 opened.append(filed.incident.id)
+            elif filed.outcome is Outcome.REOPENED:  # the alert fired again soon after it resolved
+                reopened.append(filed.incident.id)
             else:
                 folded += 1
         else:
@@ -109,5 +111,6 @@ async def alertmanager(request: Request, body: Annotated[AlertmanagerWebhook, Bo
                 await run_in_threadpool(partial(desk.resolve, incident.id, by="alertmanager",
                                                 reason=f"{finding.reason} resolved"))
                 resolved.append(incident.id)
-    request.state.audit_detail = {"group": body.groupKey[:200], "opened": opened, "resolved": resolved}
-    return {"opened": opened, "folded": folded, "resolved": resolved}
+    request.state.audit_detail = {"group": body.groupKey[:200], "opened": opened, "reopened": reopened,
+                                  "resolved": resolved}
+    return {"opened": opened, "reopened": reopened, "folded": folded, "resolved": resolved}

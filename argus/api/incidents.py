@@ -13,7 +13,7 @@ from argus.api.auth import Principal, require
 from argus.api.state import incidents_of
 from argus.store.tokens import Role
 from core.errors import InputError, NotFound
-from core.types import Category, IncidentState
+from core.types import Category, Incident, IncidentState
 
 router = APIRouter(prefix="/v1/incidents", tags=["incidents"])
 
@@ -31,7 +31,13 @@ def list_incidents(
     items = store.list_incidents(
         state=state, category=category, subject_id=subject, since=since, limit=limit, offset=offset
     )
-    return {"items": [i.model_dump(mode="json") for i in items], "limit": limit, "offset": offset}
+    return {"items": [incident_json(i) for i in items], "limit": limit, "offset": offset}
+
+
+def incident_json(incident: Incident) -> dict[str, Any]:
+    """The incident as stored, and beside its occurrences how many times it was reopened (its fault came back
+    after it was resolved; 0: never), so a reader need not know where the store keeps that count."""
+    return {**incident.model_dump(mode="json"), "reopened": incident.reopened}
 
 
 def _check_id(incident_id: str) -> None:
@@ -49,7 +55,7 @@ def get_incident(request: Request, incident_id: str) -> dict[str, Any]:
     incident = store.get_incident(incident_id)
     findings = store.findings_for(incident_id)
     return {
-        "incident": incident.model_dump(mode="json"),
+        "incident": incident_json(incident),
         "findings": [f.model_dump(mode="json") for f in findings],
     }
 
@@ -86,8 +92,9 @@ class StateChange(BaseModel):
 @router.post("/{incident_id}:resolve")
 def resolve(request: Request, incident_id: str, body: Annotated[StateChange, Body()],
             who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
-    """Mark the incident resolved (people are told); a new occurrence opens a new incident."""
+    """Mark the incident resolved (people are told); its fault back within reopen_window_s reopens it (counted in
+    "reopened"), later a new incident opens."""
     _check_id(incident_id)
     request.state.audit_detail = {"reason": body.reason}
     incident = incidents_of(request).resolve(incident_id, by=who.name, reason=body.reason)
-    return {"incident": incident.model_dump(mode="json")}
+    return {"incident": incident_json(incident)}

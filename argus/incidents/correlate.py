@@ -3,7 +3,9 @@
 When a node dies or a rank runs out of memory, the other ranks of the same job fail next, with NCCL
 errors, collective timeouts and stack traces of their own. Those are echoes: filed under the root
 cause's incident, not opened as new ones. If an echo was seen first (its incident is already open)
-and the root cause arrives later, the echo's incident is merged into the root cause's.
+and the root cause arrives later, the echo's incident is merged into the root cause's. A root cause whose
+resolved incident is reopened (its fault came back, argus/incidents/desk.py) is open again and absorbs open
+echoes the same way; an echo merged away is never reopened itself, its fault lives on in the root.
 
 Which jobs a finding touches is core.refs's one reading of its subject and attrs (`job_ids`: the job it is
 about, the jobs the lost-node detector lists under `jobs`, `submission_id`).

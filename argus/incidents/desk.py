@@ -5,6 +5,11 @@ finding is correlated and deduplicated the same way wherever it comes from, and 
 is resolved reaches the same subscribers (IM, webhooks, reports, remediation, metrics) as the same event.
 Filing returns what happened as a value (`Filed`); the events go to the bus, which delivers them off the
 caller's thread.
+
+A fault that comes back within `reopen_window_s` of its incident being resolved (a flapping rank, a node that
+drops out again) reopens that incident, counted, instead of opening another: one fault, one incident, one
+history. The reopening is announced as UPDATED, not OPENED, so what reacts to new incidents (reports,
+remediation plans, the opened counter) does not treat it as new; see RemediationSubscriber for why.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import Literal, Protocol
 
 from loguru import logger
 
@@ -26,7 +31,9 @@ class IncidentStore(Protocol):
     """What the desk needs of the store (argus.store.store.Store implements it), and `list_incidents`, which
     the desk does not call but the Argus metrics read through the desk's store (argus.wiring)."""
 
-    def record_finding(self, finding: Finding) -> tuple[Incident, bool]: ...  # pragma: no cover
+    def file_finding(
+        self, finding: Finding, *, reopen_within_s: float = 0.0
+    ) -> tuple[Incident, Literal["opened", "folded", "reopened"]]: ...  # pragma: no cover
 
     def attach_finding(self, incident_id: str, finding: Finding) -> Incident: ...  # pragma: no cover
 
@@ -47,6 +54,7 @@ class Outcome(str, Enum):
     OPENED = "opened"  # a new incident
     FOLDED = "folded"  # another occurrence of an open incident with the same fingerprint
     ECHO = "echo"  # filed under the open incident of its root cause (another fingerprint)
+    REOPENED = "reopened"  # the incident with its fingerprint, resolved within the reopen window, is open again
 
 
 @dataclass(frozen=True)
@@ -57,18 +65,24 @@ class Filed:
 
 class IncidentDesk:
     """`events`: the bus that tells the subscribers (without one, events reach nobody). `correlator`: echoes and
-    duplicates of open root causes; without it every fingerprint is its own incident."""
+    duplicates of open root causes; without it every fingerprint is its own incident. `reopen_window_s`: a
+    finding whose incident was resolved at most this long ago reopens it (Settings.reopen_window_s; 0, the
+    default here, never reopens: a desk built without settings behaves as before reopening existed)."""
 
     def __init__(self, store: IncidentStore, *, events: EventBus | None = None,
-                 correlator: Correlator | None = None) -> None:
+                 correlator: Correlator | None = None, reopen_window_s: float = 0.0) -> None:
+        if reopen_window_s < 0:
+            raise ValueError(f"reopen_window_s must be 0 (never reopen) or more, got {reopen_window_s}")
         self.store = store
         self.events = events if events is not None else EventBus().start([])
         self.correlator = correlator
+        self.reopen_window_s = reopen_window_s
 
     # -- filing ---------------------------------------------------------------------------------------------
 
     def file(self, finding: Finding) -> Filed:
-        """File one finding: as an echo of an open root cause, as a repeat, or as a new incident (announced)."""
+        """File one finding: as an echo of an open root cause, as a repeat, by reopening its recently resolved
+        incident (announced as updated), or as a new incident (announced as opened)."""
         root = self.correlator.root_for(finding) if self.correlator else None
         if root is not None and root.fingerprint != finding.fingerprint:
             incident = self.store.attach_finding(root.id, finding)
@@ -80,14 +94,20 @@ class IncidentDesk:
                 root.id, root.category.value,
             )
             return Filed(Outcome.ECHO, incident)
-        incident, created = self.store.record_finding(finding)
+        incident, recorded = self.store.file_finding(finding, reopen_within_s=self.reopen_window_s)
         log = logger.bind(incident=incident.id, category=incident.category.value)
-        if not created:
+        if recorded == "folded":
             log.debug("finding folded into incident ({} occurrences)", incident.occurrences)
             return Filed(Outcome.FOLDED, incident)
+        # Opened or reopened, the root cause is open now: open echoes of its jobs are filed under it.
         if self.correlator is not None:
             for echo in self.correlator.echoes_of(incident):
                 self.store.merge_into(echo.id, incident.id)
+        if recorded == "reopened":
+            reason = f"reopened ({ordinal(incident.reopened)} time): {finding.summary[:300]}"
+            log.warning("incident {}", reason)
+            self.events.publish(IncidentEvent.reopened(incident, finding, by="argus", reason=reason))
+            return Filed(Outcome.REOPENED, incident)
         log.warning("incident opened: {}", incident.summary)
         self.events.publish(IncidentEvent.opened(incident, finding))
         return Filed(Outcome.OPENED, incident)
@@ -125,3 +145,9 @@ class IncidentDesk:
         """Steps wait for a person (or the agent): they are told, with approve/reject links where configured."""
         if actions:
             self.events.publish(IncidentEvent.approval_needed(incident, actions))
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

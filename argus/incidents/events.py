@@ -31,7 +31,7 @@ LIFECYCLE = frozenset({EventKind.OPENED, EventKind.UPDATED, EventKind.RESOLVED})
 class IncidentEvent:
     kind: EventKind
     incident: Incident
-    finding: Finding | None = None  # OPENED: the finding that opened it
+    finding: Finding | None = None  # OPENED: the finding that opened it; a reopening UPDATED: the one that reopened it
     report: Report | None = None  # REPORT_READY
     actions: tuple[Action, ...] = ()  # APPROVAL_NEEDED: the steps waiting for a decision
     detail: dict[str, Any] = field(default_factory=dict)  # who changed it and why, for the record
@@ -46,6 +46,13 @@ class IncidentEvent:
         kind = EventKind.RESOLVED if incident.state is IncidentState.RESOLVED else EventKind.UPDATED
         detail = {k: v for k, v in (("by", by), ("reason", reason)) if v}
         return cls(kind, incident, detail=detail)
+
+    @classmethod
+    def reopened(cls, incident: Incident, finding: Finding, *, by: str, reason: str) -> IncidentEvent:
+        """UPDATED: the fault of a resolved incident came back and reopened it; detail "reopened" is its count, so
+        a subscriber tells a reopening from other updates without reading the reason."""
+        return cls(EventKind.UPDATED, incident, finding=finding,
+                   detail={"by": by, "reason": reason, "reopened": incident.reopened})
 
     @classmethod
     def report_ready(cls, incident: Incident, report: Report) -> IncidentEvent:

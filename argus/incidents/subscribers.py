@@ -59,7 +59,8 @@ class ImSubscriber:
 
 
 class ReportSubscriber:
-    """Queues a root-cause report for each new incident (ReportService writes it on its own workers)."""
+    """Queues a root-cause report for each new incident (ReportService writes it on its own workers). A reopened
+    incident keeps its report: the fault is the same one, and its new findings are listed on the incident."""
 
     name = "reports"
 
@@ -81,6 +82,11 @@ class RemediationSubscriber:
         self.events = events
 
     def receive(self, event: IncidentEvent) -> None:
+        # Only a new incident is planned. A reopened one (UPDATED, detail "reopened") is not planned again: its
+        # steps are keyed by the incident's id, so a second plan would only find the first one's steps, and a
+        # fault that keeps coming back after a drain or a resubmit is one that repeating them did not fix; the
+        # safety rules say never repeat a drain or a resubmit on our own. The reopening reaches IM and the
+        # webhooks (the ops agent), who can plan steps again (POST /v1/incidents/{id}/actions).
         if event.kind is not EventKind.OPENED:
             return
         waiting = waiting_for_decision(self.remediator.plan(event.incident))

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import quote_plus
 
 from argus.notify.channels import Channel, Item, Judgement, Request, encode, escape_lite, markdown_actions, scaled
-from argus.notify.message import EVENT_LABELS, Digest, Message, cut
+from argus.notify.message import Digest, Message, cut
 from core.types import Severity
 
 _ICONS = {Severity.CRITICAL: "🔴", Severity.WARNING: "🟠", Severity.INFO: "🔵"}
@@ -53,8 +53,8 @@ class DingTalkChannel(Channel):
         icon = "✅" if m.event == "resolved" else _ICONS[m.severity]
         parts = [
             f"#### {icon} {escape_lite(cut(m.title, 150))}",
-            f"**{EVENT_LABELS[m.event]}** · severity **{m.severity.value}** · **{m.category}** · state "
-            f"**{m.state}** · {m.incident_id}" + (f" · seen {m.occurrences} times" if m.occurrences > 1 else ""),
+            f"**{m.label}** · severity **{m.severity.value}** · **{m.category}** · state "
+            f"**{m.state}** · {m.incident_id}" + m.history,
         ]
         who = [f"- **{label}**: {escape_lite(value)}" for label, value in
                (("Job", m.job), ("Node", m.node), ("Owner", m.owner)) if value]
@@ -68,7 +68,7 @@ class DingTalkChannel(Channel):
         return "\n\n".join(parts)
 
     def _digest(self, d: Digest, scale: float) -> str:
-        lines = [f"- **{m.severity.value}** {EVENT_LABELS[m.event]} · {m.category} · {m.incident_id} · "
+        lines = [f"- **{m.severity.value}** {m.label} · {m.category} · {m.incident_id} · "
                  f"{escape_lite(cut(m.summary, scaled(160, scale)))}" for m in d.items]
         parts = [f"#### {_ICONS[d.severity]} Argus: {d.title}", "\n".join(lines)]
         if d.more:

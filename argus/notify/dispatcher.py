@@ -10,6 +10,13 @@ Per channel ("lane"):
 - Rate limit: a token bucket per channel under the platform's documented limit (and `rate_per_minute`). What finds
   no token is folded into the next digest, which lists the most urgent items and says "N more incidents" with a
   link to the list. Nothing is dropped silently.
+- Flapping: an incident whose fault came back after it was resolved (reopened) is told at most once per
+  `renotify_interval_s` per channel. Its reopen and resolve messages within the interval after the last message
+  about it wait, the newest replacing the one before, and leave when the interval ends as one message that says how
+  many changes it tells ("3 changes since the last message"); each change it carries is recorded as delivered with
+  it. So the first opening goes at once (it is no reopening), and the last state, a final resolve too, is always
+  told, at the latest one interval later. The interval runs from the last successful delivery in the delivery log,
+  so it holds across a restart; what waits in memory is sent by `close()`.
 - Failures: `argus.notify.delivery.deliver` retries 429/5xx/platform codes with backoff; a channel whose delivery
   failed is left alone for `cooldown_s` (its events fold into the digest) so a dead receiver costs the loop one
   retry sequence, not one per incident.
@@ -54,6 +61,8 @@ class DeliveryLog(Protocol):
 
     def delivery_sent(self, key: str) -> bool: ...  # pragma: no cover
 
+    def last_delivery_at(self, incident_id: str, channel: str) -> datetime | None: ...  # pragma: no cover
+
 
 def delivery_key(incident_id: str, event: str, channel: str, detail: str = "") -> str:
     tail = hashlib.sha256(detail.encode("utf-8", "surrogatepass")).hexdigest()[:12] if detail else "-"
@@ -83,6 +92,29 @@ class TokenBucket:
 class _Pending:
     key: str
     message: Message
+    earlier: tuple[_Pending, ...] = ()  # changes of a flapping incident this message tells too (recorded with it)
+
+    @property
+    def keys(self) -> list[str]:
+        return [self.key, *(p.key for p in self.earlier)]
+
+
+@dataclass
+class _Held:
+    """The changes of one flapping incident waiting for its renotify interval to end: the newest is told."""
+
+    latest: _Pending
+    due: float
+    earlier: list[_Pending] = field(default_factory=list)
+
+    def add(self, newer: _Pending) -> None:
+        self.earlier.append(self.latest)
+        self.latest = newer
+
+    def release(self) -> _Pending:
+        told = len(self.earlier) + 1
+        message = self.latest.message.folding(told) if told > 1 else self.latest.message
+        return _Pending(self.latest.key, message, tuple(self.earlier))
 
 
 @dataclass
@@ -90,8 +122,13 @@ class _Lane:
     channel: Channel
     bucket: TokenBucket
     pending: list[_Pending] = field(default_factory=list)
+    held: dict[str, _Held] = field(default_factory=dict)  # by incident id
     window_until: float = 0.0
     down_until: float = 0.0
+
+    def queued(self, key: str) -> bool:
+        return any(key in p.keys for p in self.pending) or any(
+            key in h.latest.keys or any(key in e.keys for e in h.earlier) for h in self.held.values())
 
 
 class Dispatcher:
@@ -116,6 +153,7 @@ class Dispatcher:
         backoff_s: float = 1.0,
         max_backoff_s: float = 30.0,
         cooldown_s: float = 60.0,
+        renotify_interval_s: float = 900.0,
         on_delivery: Callable[[str, str], None] | None = None,
     ) -> None:
         names = [c.name for c in channels]
@@ -129,6 +167,7 @@ class Dispatcher:
         self._client = client or httpx.Client(timeout=timeout_s)
         self._retry: dict[str, Any] = {"attempts": attempts, "backoff_s": backoff_s, "max_backoff_s": max_backoff_s}
         self.cooldown_s = cooldown_s
+        self.renotify_interval_s = max(0.0, renotify_interval_s)
         self.on_delivery = on_delivery
         now = clock().timestamp()
         self._lanes = [_Lane(c, TokenBucket(min(rate_per_minute, c.per_minute), now)) for c in channels]
@@ -162,8 +201,9 @@ class Dispatcher:
             return False
 
     def pending(self) -> dict[str, int]:
+        """Messages waiting per channel: in a digest to come, or a flapping incident's held until its interval ends."""
         with self._lock:
-            return {lane.channel.name: len(lane.pending) for lane in self._lanes}
+            return {lane.channel.name: len(lane.pending) + len(lane.held) for lane in self._lanes}
 
     def start(self, interval_s: float = 1.0) -> Dispatcher:
         """Flush due digests every `interval_s` on a daemon thread, until `close()`."""
@@ -213,18 +253,60 @@ class Dispatcher:
     def _offer(self, lane: _Lane, key: str, message: Message, now: float) -> bool:
         if not lane.channel.wants(message.severity, message.category):
             return True
-        if any(p.key == key for p in lane.pending) or self._sent(key):
+        if lane.queued(key) or self._sent(key):
             return True
+        offered = _Pending(key, message)
+        if _flapping(message):
+            held = lane.held.get(message.incident_id)
+            if held is not None:
+                held.add(offered)
+                return True
+            quiet_until = self._quiet_until(lane, message.incident_id)
+            if quiet_until is not None and now < quiet_until:
+                lane.held[message.incident_id] = _Held(offered, due=quiet_until)
+                logger.bind(incident=message.incident_id).info(
+                    "{} was told about this flapping incident less than {:.0f} s ago: its {} waits and is folded "
+                    "into one message then", lane.channel.name, self.renotify_interval_s, message.event)
+                return True
+        return self._offer_now(lane, offered, now)
+
+    def _offer_now(self, lane: _Lane, offered: _Pending, now: float) -> bool:
+        message = offered.message
         grouping = message.event == "opened" and (now < lane.window_until or bool(lane.pending))
         if now < lane.down_until or grouping or not lane.bucket.take(now):
-            lane.pending.append(_Pending(key, message))
+            lane.pending.append(offered)
             return True
-        ok = self._send(lane, message, [_Pending(key, message)])
+        ok = self._send(lane, message, [offered])
         if message.event == "opened":
             lane.window_until = now + self.group_window_s
         return ok
 
+    def _quiet_until(self, lane: _Lane, incident_id: str) -> float | None:
+        """When the channel may be told about the incident again: its renotify interval after the last message."""
+        if self.renotify_interval_s <= 0:
+            return None
+        try:
+            last = self._log.last_delivery_at(incident_id, lane.channel.name)
+        except Exception as exc:  # unknown: rather a repeat than silence
+            logger.bind(incident=incident_id).opt(exception=exc).error(
+                "could not read when {} was last told about this incident", lane.channel.name)
+            return None
+        return None if last is None else last.timestamp() + self.renotify_interval_s
+
+    def _release_held(self, lane: _Lane, now: float, *, force: bool) -> bool:
+        """Offer each flapping incident's newest change whose interval has ended (all with `force`)."""
+        results = []
+        for incident_id, held in list(lane.held.items()):
+            if force or now >= held.due:
+                del lane.held[incident_id]
+                results.append(self._offer_now(lane, held.release(), now))
+        return all(results)
+
     def _flush_lane(self, lane: _Lane, now: float, *, force: bool = False) -> bool:
+        released = self._release_held(lane, now, force=force) if lane.held else True
+        return self._flush_pending(lane, now, force=force) and released
+
+    def _flush_pending(self, lane: _Lane, now: float, *, force: bool = False) -> bool:
         if not lane.pending or now < lane.down_until:
             return True
         if not force and now < lane.window_until:
@@ -244,6 +326,8 @@ class Dispatcher:
             lane.down_until = self._clock().timestamp() + self.cooldown_s
         digest = f"{len(batch)} grouped" if len(batch) > 1 else None
         for p in batch:
+            for earlier in p.earlier:  # a flapping incident's changes this message told in one, in their order
+                self._record(earlier, channel.name, outcome, digest, folded_into=p.key)
             self._record(p, channel.name, outcome, digest)
         self._tell(channel.name, "sent" if outcome.ok else "failed")
         ids = batch[0].message.incident_id if len(batch) == 1 else f"{len(batch)} incidents"
@@ -254,10 +338,15 @@ class Dispatcher:
                            outcome.attempts, outcome.error)
         return outcome.ok
 
-    def _record(self, p: _Pending, channel: str, outcome: Outcome, digest: str | None) -> None:
+    def _record(self, p: _Pending, channel: str, outcome: Outcome, digest: str | None,
+                folded_into: str | None = None) -> None:
         detail: dict[str, Any] = {"kind": "digest" if digest else "message"}
         if digest:
             detail["grouped"] = digest
+        if folded_into:
+            detail["folded_into"] = folded_into
+        elif p.message.folded > 1:
+            detail["folded"] = p.message.folded
         if outcome.code:
             detail["platform_code"] = outcome.code
         try:
@@ -285,10 +374,17 @@ class Dispatcher:
             return False
 
 
+def _flapping(message: Message) -> bool:
+    """A change of an incident that was reopened: what the renotify interval limits (an opening, a report or an
+    approval request is always told)."""
+    return message.reopened > 0 and message.event in ("updated", "resolved")
+
+
 def _detail(incident: Incident, event: str, report: Report | None, approvals: tuple[ApprovalLink, ...]) -> str:
     """What makes two events of one kind different notifications."""
-    if event == "updated":
-        return f"{incident.state.value}/{incident.severity.value}"
+    if event == "updated":  # each reopening is news of its own, with the same state and severity as the last
+        again = f"/reopened-{incident.reopened}" if incident.reopened else ""
+        return f"{incident.state.value}/{incident.severity.value}{again}"
     if event == "resolved":
         return incident.resolved_at.isoformat() if incident.resolved_at else ""
     if event == "report_ready":

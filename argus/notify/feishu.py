@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from argus.notify.channels import MAX_APPROVALS, Channel, Item, Judgement, Request, encode, escape_lite, scaled
-from argus.notify.message import EVENT_LABELS, Digest, Message, cut
+from argus.notify.message import Digest, Message, cut
 from core.types import Severity
 
 _COLOURS = {Severity.CRITICAL: "red", Severity.WARNING: "orange", Severity.INFO: "blue"}
@@ -61,10 +61,9 @@ class FeishuChannel(Channel):
 
     def _message(self, m: Message, scale: float) -> dict[str, Any]:
         colour = "green" if m.event == "resolved" else _COLOURS[m.severity]
-        facts = f"**{EVENT_LABELS[m.event]}** · severity **{m.severity.value}** · **{m.category}** · state " \
+        facts = f"**{m.label}** · severity **{m.severity.value}** · **{m.category}** · state " \
                 f"**{m.state}** · `{m.incident_id}`"
-        if m.occurrences > 1:
-            facts += f" · seen {m.occurrences} times"
+        facts += m.history
         elements: list[dict[str, Any]] = [_markdown(facts)]
         who = [f"{label}: {value}" for label, value in (("Job", m.job), ("Node", m.node), ("Owner", m.owner)) if value]
         if who:
@@ -83,7 +82,7 @@ class FeishuChannel(Channel):
         return _card(escape_lite(cut(m.title, 150)), f"{m.severity.value} · {m.category}", colour, elements)
 
     def _digest(self, d: Digest, scale: float) -> dict[str, Any]:
-        lines = [f"{m.severity.value} · {EVENT_LABELS[m.event]} · {m.category} · {m.incident_id} · "
+        lines = [f"{m.severity.value} · {m.label} · {m.category} · {m.incident_id} · "
                  f"{cut(m.summary, scaled(160, scale))}" for m in d.items]
         elements: list[dict[str, Any]] = [
             _markdown(f"**{d.total}** incident notifications grouped into one message"),

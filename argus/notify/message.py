@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
 from core import signal_keys as keys
 from core.refs import refs_of
-from core.types import Action, Incident, Report, Severity
+from core.types import Action, Incident, IncidentState, Report, Severity
 
 EVENTS = ("opened", "updated", "resolved", "report_ready", "approval_needed")
 
@@ -32,6 +32,7 @@ EVENT_LABELS = {
     "report_ready": "Root-cause report ready",
     "approval_needed": "Approval needed",
 }
+REOPENED_LABEL = "Incident reopened"
 
 # Caps for the neutral message; channels cut further to their own limits.
 TITLE_MAX = 150
@@ -103,7 +104,31 @@ class Message:
     report_summary: str | None = None
     approvals: tuple[ApprovalLink, ...] = ()
     occurrences: int = 1
+    reopened: int = 0  # times the fault came back after the incident was resolved
+    folded: int = 0  # a flapping incident's changes held back since its last message and told by this one
     incident: Incident | None = field(default=None, compare=False, repr=False)  # for the generic webhook
+
+    @property
+    def label(self) -> str:
+        """What happened, in words: an update that reopened the incident says so."""
+        if self.event == "updated" and self.reopened and self.state == IncidentState.OPEN.value:
+            return REOPENED_LABEL
+        return EVENT_LABELS[self.event]
+
+    @property
+    def history(self) -> str:
+        """" · seen 3 times · reopened 2 times · 2 changes since the last message", or "" for a first sighting
+        (trusted: counts only)."""
+        parts = [f"seen {self.occurrences} times"] if self.occurrences > 1 else []
+        if self.reopened:
+            parts.append(f"reopened {self.reopened} time{'s' if self.reopened > 1 else ''}")
+        if self.folded > 1:
+            parts.append(f"{self.folded} changes since the last message")
+        return "".join(f" · {p}" for p in parts)
+
+    def folding(self, count: int) -> Message:
+        """This message telling `count` changes of a flapping incident held back since the last message."""
+        return replace(self, folded=count)
 
 
 @dataclass(frozen=True)
@@ -163,12 +188,13 @@ def build_message(
     node = refs.node_ip or refs.node_id or (", ".join(map(str, nodes)) if nodes else None)
     owner = attrs.get("owner") or impact.get("owner")
     where = untrusted(subject.name or subject.id, 80)
+    reopening = event == "updated" and incident.reopened and incident.state is IncidentState.OPEN
+    label = REOPENED_LABEL if reopening else EVENT_LABELS[event]
     return Message(
         event=event,
         incident_id=incident.id,
         # "Argus" in every title: a bot set to accept only messages with a keyword can be given that one.
-        title=cut(f"Argus · {EVENT_LABELS[event]}: {incident.category.value} on {subject.kind.value} {where}",
-                  TITLE_MAX),
+        title=cut(f"Argus · {label}: {incident.category.value} on {subject.kind.value} {where}", TITLE_MAX),
         severity=incident.severity,
         category=incident.category.value,
         state=incident.state.value,
@@ -181,6 +207,7 @@ def build_message(
         report_summary=untrusted(report.summary, REPORT_SUMMARY_MAX) if report is not None else None,
         approvals=tuple(_safe_approval(a) for a in approvals or () if _http(a.approve_url) and _http(a.reject_url)),
         occurrences=incident.occurrences,
+        reopened=incident.reopened,
         incident=incident,
     )
 

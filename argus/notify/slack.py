@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from argus.notify.channels import MAX_APPROVALS, Channel, Item, Judgement, escape_slack, scaled
-from argus.notify.message import EVENT_LABELS, Digest, Message, cut
+from argus.notify.message import Digest, Message, cut
 
 
 def mrkdwn(text: str, limit: int) -> str:
@@ -66,7 +66,7 @@ class SlackChannel(Channel):
         return self._message(item, scale)
 
     def _message(self, m: Message, scale: float) -> dict[str, Any]:
-        facts = f"*{EVENT_LABELS[m.event]}* · severity *{m.severity.value}* · *{m.category}* · state *{m.state}*"
+        facts = f"*{m.label}* · severity *{m.severity.value}* · *{m.category}* · state *{m.state}*"
         blocks: list[dict[str, Any]] = [
             {"type": "header", "text": {"type": "plain_text", "text": cut(m.title, 150), "emoji": True}},
             _section(facts),
@@ -87,14 +87,14 @@ class SlackChannel(Channel):
             _button("Open report", m.report_url, "report", "primary") if m.report_url else None,
             _button("Incident", m.incident_url, "incident") if m.incident_url else None,
         )
-        context = f"Argus · `{m.incident_id}`" + (f" · seen {m.occurrences} times" if m.occurrences > 1 else "")
+        context = f"Argus · `{m.incident_id}`" + m.history
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context}]})
         fallback = mrkdwn(f"{m.title}: {m.summary}", scaled(3000, scale) or 300)
         return {"text": fallback, "blocks": blocks[:50]}
 
     def _digest(self, d: Digest, scale: float) -> dict[str, Any]:
         per_line = max(40, 2900 // max(1, len(d.items)))
-        lines = [f"• *{m.severity.value}* {EVENT_LABELS[m.event]} · {m.category} · `{m.incident_id}` · "
+        lines = [f"• *{m.severity.value}* {m.label} · {m.category} · `{m.incident_id}` · "
                  f"{mrkdwn(m.summary, min(per_line, scaled(200, scale)))}" for m in d.items]
         blocks: list[dict[str, Any]] = [
             {"type": "header", "text": {"type": "plain_text", "text": cut(f"Argus: {d.title}", 150)}},

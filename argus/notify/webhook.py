@@ -12,10 +12,11 @@ from core.types import Incident
 
 
 def incident_payload(incident: Incident, event: str, *, link: str | None = None) -> dict[str, Any]:
-    """`link`: the incident in the API; its report is at `<link>/report`."""
+    """`link`: the incident in the API; its report is at `<link>/report`. The incident is shaped as the API shows
+    it, its reopen count beside its occurrences."""
     return {
         "event": f"incident.{event}",
-        "incident": incident.model_dump(mode="json"),
+        "incident": {**incident.model_dump(mode="json"), "reopened": incident.reopened},
         "link": link,
         "report": f"{link}/report" if link else None,
     }

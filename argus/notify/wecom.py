@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from argus.notify.channels import Channel, Item, Judgement, Request, escape_lite, markdown_actions, scaled
-from argus.notify.message import EVENT_LABELS, Digest, Message, cut
+from argus.notify.message import Digest, Message, cut
 from core.types import Severity
 
 CONTENT_MAX_BYTES = 4096
@@ -38,9 +38,9 @@ class WeComChannel(Channel):
         colour = "info" if m.event == "resolved" else _COLOURS[m.severity]
         lines = [
             f"### {escape_lite(cut(m.title, 150))}",
-            f"> {EVENT_LABELS[m.event]} · severity <font color=\"{colour}\">{m.severity.value}</font> · "
+            f"> {m.label} · severity <font color=\"{colour}\">{m.severity.value}</font> · "
             f"**{m.category}** · state **{m.state}** · {m.incident_id}"
-            + (f" · seen {m.occurrences} times" if m.occurrences > 1 else ""),
+            + m.history,
         ]
         lines += [f"> {label}: {escape_lite(value)}" for label, value in
                   (("Job", m.job), ("Node", m.node), ("Owner", m.owner)) if value]
@@ -53,7 +53,7 @@ class WeComChannel(Channel):
 
     def _digest(self, d: Digest, scale: float) -> str:
         lines = [f"### Argus: {d.title}"]
-        lines += [f"> <font color=\"{_COLOURS[m.severity]}\">{m.severity.value}</font> {EVENT_LABELS[m.event]} · "
+        lines += [f"> <font color=\"{_COLOURS[m.severity]}\">{m.severity.value}</font> {m.label} · "
                   f"{m.category} · {m.incident_id} · {escape_lite(cut(m.summary, scaled(120, scale)))}"
                   for m in d.items]
         if d.more:

@@ -45,6 +45,15 @@ class DeliveryRepository:
             query = select(DeliveryRow.id).where(DeliveryRow.key == key).where(DeliveryRow.ok.is_(True)).limit(1)
             return s.scalars(query).first() is not None
 
+    def last_sent_at(self, incident_id: str, channel: str) -> datetime | None:
+        """When `channel` was last told anything about the incident (a successful delivery), None if never: the
+        dispatcher's renotify limit for flapping incidents, which survives a restart."""
+        with transaction(self._engine, "reading the last notification delivery") as s:
+            query = (select(DeliveryRow.at).where(DeliveryRow.incident_id == incident_id)
+                     .where(DeliveryRow.channel == channel[:64]).where(DeliveryRow.ok.is_(True))
+                     .order_by(DeliveryRow.at.desc()).limit(1))
+            return s.scalars(query).first()
+
     def list(self, incident_id: str | None = None, limit: int = 100) -> list[DeliveryRecord]:
         """Delivery attempts, newest first; only those about `incident_id` when given."""
         check_limit(limit)

@@ -1,6 +1,7 @@
 """Incidents and their findings: a finding is filed under the not-resolved incident with its fingerprint
-(opening one if none), echoes of a root cause are attached or merged into it, and incidents move between
-states. Incidents and findings are one aggregate: every change to both happens in one transaction.
+(reopening the one resolved moments ago, or opening one if none), echoes of a root cause are attached or merged
+into it, and incidents move between states. Incidents and findings are one aggregate: every change to both
+happens in one transaction.
 """
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Literal
 
 from loguru import logger
 from sqlalchemy import Engine, select
@@ -18,11 +20,24 @@ from argus.store.columns import as_utc
 from argus.store.models import FINGERPRINT_MAX, SUBJECT_ID_MAX, FindingRow, IncidentRow
 from argus.store.repository import check_limit, new_id, parse_enum, retry_lost_races, saved, transaction
 from core.errors import InputError, NotFound
-from core.types import Category, Finding, Incident, IncidentState, Severity, utcnow
+from core.types import (
+    REOPENED,
+    REOPENED_AT,
+    RESOLVED_BEFORE,
+    Category,
+    Finding,
+    Incident,
+    IncidentState,
+    Severity,
+    utcnow,
+)
 
 MAX_FINDINGS_PER_INCIDENT = 50
 # An incident names at most this many fingerprints it absorbed as echoes (the newest).
 _ECHOES_KEPT = 50
+
+# What filing a finding did: opened a new incident, folded it into the open one, or reopened a resolved one.
+Recorded = Literal["opened", "folded", "reopened"]
 
 
 class IncidentRepository:
@@ -46,17 +61,31 @@ class IncidentRepository:
         raises the severity if higher, and keeps the finding itself only if its reason or evidence is
         new, up to the per-incident cap.
         """
+        incident, recorded = self.file(finding)
+        return incident, recorded == "opened"
+
+    def file(self, finding: Finding, *, reopen_within_s: float = 0.0) -> tuple[Incident, Recorded]:
+        """File `finding` like `record`, and also reopen: when no incident with its fingerprint is open and the
+        latest one with it was resolved at most `reopen_within_s` ago (0: never), that incident opens again, its
+        reopen count (attrs "reopened") one higher, instead of a new one opening.
+
+        The fault came back; a person's resolve counts like a detector's recovery. An incident merged into its root
+        cause is not reopened (it lives on there). Concurrent filers reopen once: the row is locked, and the index of
+        open fingerprints turns a second opening into a lost race that is retried and folds.
+        """
         if len(finding.fingerprint) > FINGERPRINT_MAX:
             raise InputError(
                 f"finding {finding.reason!r} has a fingerprint of {len(finding.fingerprint)} characters",
                 hint=f"fingerprints are at most {FINGERPRINT_MAX}; use core.types.fingerprint_of",
             )
+        if reopen_within_s < 0:
+            raise InputError(f"reopen window of {reopen_within_s} s is negative", hint="use 0 (never) or more")
         return retry_lost_races(
-            lambda: self._record_once(finding),
+            lambda: self._file_once(finding, reopen_within_s),
             retrying=f"lost the race to open incident {finding.fingerprint}; retrying",
         )
 
-    def _record_once(self, finding: Finding) -> tuple[Incident, bool]:
+    def _file_once(self, finding: Finding, reopen_within_s: float) -> tuple[Incident, Recorded]:
         digest = finding_digest(finding)
         with transaction(self._engine, "recording a finding") as s:
             row = s.scalars(
@@ -65,13 +94,19 @@ class IncidentRepository:
                 .where(IncidentRow.state != IncidentState.RESOLVED.value)
                 .with_for_update()
             ).first()
+            recorded: Recorded = "folded"
+            if row is None and reopen_within_s > 0:
+                row = self._resolved_since(s, finding.fingerprint, self._clock() - timedelta(seconds=reopen_within_s))
+                if row is not None:
+                    self._reopen(row)
+                    recorded = "reopened"
             if row is None:
                 row = IncidentRow.from_finding(finding, id=new_id("inc"), detected_at=self._clock())
                 s.add(row)
                 s.flush()
                 s.add(FindingRow.from_domain(finding, incident_id=row.id, digest=digest))
                 logger.info("opened incident {} ({}: {})", row.id, row.category, row.reason)
-                return saved(s, row).to_domain(), True
+                return saved(s, row).to_domain(), "opened"
             row.occurrences += 1
             row.last_seen = max(row.last_seen, as_utc(finding.detected_at))
             row.first_seen = min(row.first_seen, as_utc(finding.first_seen))
@@ -80,7 +115,33 @@ class IncidentRepository:
             if row.recommended_action is None and finding.recommended_action:
                 row.recommended_action = finding.recommended_action
             self._keep_if_new(s, row, finding, digest)
-            return saved(s, row).to_domain(), False
+            return saved(s, row).to_domain(), recorded
+
+    def _resolved_since(self, s: Session, fingerprint: str, since: datetime) -> IncidentRow | None:
+        """The incident with `fingerprint` resolved last, locked, if that was at or after `since` and it was not
+        merged into another."""
+        row = s.scalars(
+            select(IncidentRow)
+            .where(IncidentRow.fingerprint == fingerprint)
+            .where(IncidentRow.state == IncidentState.RESOLVED.value)
+            .where(IncidentRow.resolved_at.is_not(None))
+            .order_by(IncidentRow.resolved_at.desc(), IncidentRow.id.desc())
+            .limit(1)
+            .with_for_update()
+        ).first()
+        if row is None or row.resolved_at is None or as_utc(row.resolved_at) < since:
+            return None
+        return None if (row.attrs or {}).get("merged_into") else row
+
+    def _reopen(self, row: IncidentRow) -> None:
+        attrs = dict(row.attrs or {})
+        count = attrs.get(REOPENED, 0)
+        count = (count if isinstance(count, int) and not isinstance(count, bool) else 0) + 1
+        resolved = {RESOLVED_BEFORE: as_utc(row.resolved_at).isoformat()} if row.resolved_at else {}
+        row.attrs = {**attrs, REOPENED: count, REOPENED_AT: self._clock().isoformat(), **resolved}
+        row.state = IncidentState.OPEN.value
+        row.resolved_at = None
+        logger.info("reopened incident {} ({}: {}), {} time(s) now", row.id, row.category, row.reason, count)
 
     def attach(self, incident_id: str, finding: Finding) -> Incident:
         """File `finding` under an existing incident it is an echo of (another fingerprint, same cause).

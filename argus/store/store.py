@@ -25,7 +25,7 @@ from argus.store.api_tokens import TokenRepository
 from argus.store.audit import AuditRepository
 from argus.store.deliveries import DeliveryRepository
 from argus.store.detector_state import DetectorStateRepository
-from argus.store.incidents import MAX_FINDINGS_PER_INCIDENT, IncidentRepository
+from argus.store.incidents import MAX_FINDINGS_PER_INCIDENT, IncidentRepository, Recorded
 from argus.store.models import DeliveryRecord
 from argus.store.nodes import SqlNodeRegistry
 from argus.store.reports import ReportRepository
@@ -95,6 +95,11 @@ class Store:
     def record_finding(self, finding: Finding) -> tuple[Incident, bool]:
         """File `finding` under its fingerprint's open incident, or open one; True when opened now."""
         return self.incidents.record(finding)
+
+    def file_finding(self, finding: Finding, *, reopen_within_s: float = 0.0) -> tuple[Incident, Recorded]:
+        """Like record_finding, and an incident with its fingerprint resolved at most `reopen_within_s` ago (and
+        none open) is reopened, counted in attrs "reopened"; says whether it "opened", "folded" or "reopened"."""
+        return self.incidents.file(finding, reopen_within_s=reopen_within_s)
 
     def attach_finding(self, incident_id: str, finding: Finding) -> Incident:
         """File `finding` under an existing incident it is an echo of (another fingerprint, same cause)."""
@@ -223,6 +228,10 @@ class Store:
     def delivery_sent(self, key: str) -> bool:
         """Whether a delivery with `key` succeeded: the dispatcher's dedup, which survives a restart."""
         return self.deliveries.sent(key)
+
+    def last_delivery_at(self, incident_id: str, channel: str) -> datetime | None:
+        """When `channel` was last told about the incident (successfully), None if never: the renotify limit."""
+        return self.deliveries.last_sent_at(incident_id, channel)
 
     def list_deliveries(self, incident_id: str | None = None, limit: int = 100) -> list[DeliveryRecord]:
         """Delivery attempts, newest first; only those about `incident_id` when given."""

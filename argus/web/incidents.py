@@ -16,11 +16,22 @@ from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse
 
 from argus.api.errors import Forbidden
 from argus.api.state import incidents_of, remediator_of, remediator_or_none
+from argus.incidents.desk import ordinal
 from argus.store.tokens import Role
 from argus.web.access import Viewer, may, posted
 from argus.web.ui import UiRoute, page, status_of, web_of
 from core.errors import Conflict, InputError, NotFound
-from core.types import Action, ActionState, Category, Incident, IncidentState, Report, Severity
+from core.types import (
+    REOPENED_AT,
+    RESOLVED_BEFORE,
+    Action,
+    ActionState,
+    Category,
+    Incident,
+    IncidentState,
+    Report,
+    Severity,
+)
 
 router = APIRouter(route_class=UiRoute, include_in_schema=False)
 PAGE_SIZE = 50
@@ -176,6 +187,13 @@ def timeline(incident: Incident, findings: list[Any], reports: list[Report], act
             rejected = a.state is ActionState.REJECTED and "rejected_by" in a.result
             by = f" by {a.result['rejected_by']}" if rejected else ""
             events.append((a.updated_at, "step", f"{a.kind} {a.state.value}{by}"))
+    if incident.reopened:  # the store keeps the last resolve before the fault came back, and when it came back
+        resolved_before, reopened_at = _at(incident.attrs.get(RESOLVED_BEFORE)), _at(incident.attrs.get(REOPENED_AT))
+        if resolved_before is not None:
+            events.append((resolved_before, "argus", "resolved"))
+        if reopened_at is not None:
+            events.append((reopened_at, "failure", f"the fault came back: reopened ({ordinal(incident.reopened)} "
+                                                   "time)"))
     if incident.resolved_at is not None:
         events.append((incident.resolved_at, "argus", "resolved"))
     events.sort(key=lambda e: e[0])
