@@ -15,6 +15,7 @@ the time its failure is filed, and that is still where it ran. Bounded: the newe
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -111,8 +112,9 @@ class Directory:
         placed = []
         for node in _dicts(nodes)[:MAX_PLACED_NODES]:
             gpus = node.get("gpus")
-            if isinstance(gpus, int | float) and not isinstance(gpus, bool) and gpus > 0:
-                placed.append(PlacedGpus(node_id=clean(node.get(keys.NODE_ID), 128), node_ip=clean(node.get(keys.NODE_IP)),
+            if isinstance(gpus, int | float) and not isinstance(gpus, bool) and math.isfinite(gpus) and gpus > 0:
+                placed.append(PlacedGpus(node_id=clean(node.get(keys.NODE_ID), 128),
+                                         node_ip=clean(node.get(keys.NODE_IP)),
                                          node_name=clean(node.get(keys.NODE_NAME)), gpus=float(gpus)))
                 self._learn_node(node.get(keys.NODE_ID), node.get(keys.NODE_IP), node.get(keys.NODE_NAME))
         if placed:  # holding nothing now says nothing about where the job ran

@@ -63,7 +63,8 @@ def impact_of(incident: Incident, bundle: EvidenceBundle, *, last_checkpoint_at:
     GPU-hours lost: the job's GPUs times the time from its last checkpoint (the work to redo) to detection, else
     from the failure to detection (GPUs held while failing)."""
     job, refs = bundle.job, refs_of(incident)
-    spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
+    raw_spec = job.get("spec")
+    spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
     attrs = dict(incident.attrs)
     # The job's folder (its JobSpec) fills in what the incident's attrs do not say.
     for key, value in ((JOB_NAME, spec.get("name")), (OWNER, job.get("owner") or spec.get("owner"))):
