@@ -10,9 +10,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from core.errors import ArgusError
 from core.logging import setup_logging
+from core.names import entrypoint_of, label_of
 from core.settings import Settings, load_settings
 from core.types import Category, IncidentState
 
@@ -80,7 +82,7 @@ def _incident_rows(items) -> Table:
             i.id,
             f"{i.state.value}\n{i.severity.value}",
             i.category.value,
-            f"{i.subject.kind.value} {i.subject.name or i.subject.id}",
+            Text(label_of(i)),  # names come from job metadata: shown as text, never as rich markup
             i.first_seen.strftime("%m-%d %H:%M:%S"),
             i.summary if len(i.summary) <= 160 else i.summary[:159] + "…",
         )
@@ -140,7 +142,9 @@ def incidents_show(
         f"({incident.severity.value}), seen {incident.occurrences}x"
         + (f", reopened {incident.reopened}x" if incident.reopened else "")
     )
-    out.print(f"subject: {incident.subject.kind.value} {incident.subject.id} {incident.subject.name or ''}")
+    out.print(Text(f"subject: {label_of(incident)} (id {incident.subject.id})"))
+    if (entrypoint := entrypoint_of(incident)) is not None:
+        out.print(Text(f"entrypoint: {entrypoint}"))
     out.print(f"first seen {incident.first_seen.isoformat()}, detected {incident.detected_at.isoformat()}")
     out.print(f"\n{incident.summary}\n")
     if incident.recommended_action:

@@ -19,6 +19,7 @@ from loguru import logger
 
 from argus.incidents.correlate import filing_order
 from argus.incidents.desk import IncidentDesk, Outcome
+from argus.naming import Directory
 from core.errors import ArgusError
 from core.ports import Collector, Detector, Recovering
 from core.types import Finding, Incident, Recovery, Signal, utcnow
@@ -66,12 +67,16 @@ class Pipeline:
         clock: Callable[[], datetime] = utcnow,
         needs: dict[str, set[str]] | None = None,
         on_tick: Callable[[TickResult], None] | None = None,
+        names: Directory | None = None,
     ) -> None:
+        """`names`: what the loop knows of jobs and nodes, learnt from each tick's signals and added to every
+        finding before it is filed (argus/naming.py); a fresh one if None."""
         self.collectors = list(collectors)
         self.detectors = list(detectors)
         self.incidents = incidents
         self._clock = clock
         self._on_tick = on_tick
+        self.names = names if names is not None else Directory()
         # detector name -> collectors whose failure this tick makes its verdict unreliable: it skips the tick
         self.needs = {name: set(sources) for name, sources in (needs or {}).items()}
         self._lock = threading.Lock()  # one tick at a time, whoever calls it
@@ -85,8 +90,10 @@ class Pipeline:
             result = TickResult(started_at=started, duration_s=0.0)
             signals = self._collect(result)
             result.signals = len(signals)
+            self._learn_names(signals)
             findings, recovering = self._detect(signals, result)
             for finding in sorted(findings, key=filing_order):
+                finding = self.names.name(finding)
                 result.findings.append(finding)
                 self._record(finding, result)
             self._recover(recovering, result)
@@ -99,6 +106,12 @@ class Pipeline:
                 except Exception as exc:  # metrics bookkeeping must not break detection
                     logger.opt(exception=exc).error("tick hook failed")
             return result
+
+    def _learn_names(self, signals: list[Signal]) -> None:
+        try:
+            self.names.learn(signals)
+        except Exception as exc:  # unnamed findings are still findings: naming must not stop detection
+            logger.opt(exception=exc).error("learning job and node names failed")
 
     def _collect(self, result: TickResult) -> list[Signal]:
         signals: list[Signal] = []

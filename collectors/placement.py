@@ -37,12 +37,13 @@ from collectors.dcgm import GpuSample
 from collectors.prometheus import PrometheusClient
 from collectors.ray_api import RayStateApi
 from core import signal_keys as keys
+from core.names import OWNER_KEYS, clean, job_identity
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
 
 JOB_GPUS_METRIC = keys.JOB_GPUS_METRIC
 PLACEMENT_METRIC = keys.PLACEMENT_METRIC
 SOURCE = "ray.placement"
-DEFAULT_OWNER_KEYS = ("owner", "user")
+DEFAULT_OWNER_KEYS = OWNER_KEYS
 
 # An actor holds its lease from the moment it has a node until it dies; RESTARTING ones hold nothing yet.
 _HOLDING_ACTOR_STATES = {"ALIVE", "PENDING_CREATION"}
@@ -84,6 +85,7 @@ class JobPlacement:
     owner: str | None
     entrypoint: str | None
     nodes: tuple[NodeGpus, ...]
+    name: str | None = None  # the JobSpec name from the job's metadata (core.names)
 
     @property
     def key(self) -> str:
@@ -98,7 +100,7 @@ class JobPlacement:
         return Signal(
             kind=SignalKind.METRIC,
             source=SOURCE,
-            subject=Subject(kind=SubjectKind.JOB, id=self.key, name=self.entrypoint),
+            subject=Subject(kind=SubjectKind.JOB, id=self.key, name=self.name),
             observed_at=observed_at,
             value=self.gpus,
             attrs={
@@ -107,6 +109,7 @@ class JobPlacement:
                 keys.SUBMISSION_ID: self.submission_id,
                 keys.STATUS: self.status,
                 keys.OWNER: self.owner,
+                keys.JOB_NAME: self.name,
                 keys.ENTRYPOINT: self.entrypoint,
                 "placement": {n.node_ip: n.gpus for n in self.nodes},
                 keys.NODES: [n.as_dict() for n in self.nodes],
@@ -164,7 +167,7 @@ class GpuPlacementCollector:
             str(_field(n, "node_id")): {
                 "node_id": str(_field(n, "node_id")),
                 "node_ip": _field(n, "node_ip") or "",
-                "node_name": _field(n, "node_name") or "",
+                "node_name": clean(_field(n, "node_name")) or "",
                 "state": _text(_field(n, "state")),
                 "gpus_total": float((_field(n, "resources_total") or {}).get("GPU", 0.0)),
             }
@@ -206,7 +209,7 @@ class GpuPlacementCollector:
         result = []
         for job_id in sorted(held):
             job = job_info.get(job_id)
-            metadata = dict(_field(job, "metadata") or {}) if job is not None else {}
+            identity = job_identity(_field(job, "metadata") if job is not None else None, self.owner_keys)
             per_node = tuple(
                 NodeGpus(
                     node_id=node_id,
@@ -222,9 +225,10 @@ class GpuPlacementCollector:
                     job_id=job_id,
                     submission_id=_field(job, "submission_id") if job is not None else None,
                     status=_text(_field(job, "status")) if job is not None else None,
-                    owner=next((str(metadata[k]) for k in self.owner_keys if metadata.get(k)), None),
+                    owner=identity.owner,
                     entrypoint=_field(job, "entrypoint") if job is not None else None,
                     nodes=per_node,
+                    name=identity.name,
                 )
             )
         return result, list(node_info.values())

@@ -7,7 +7,7 @@ the jobs that lost ranks there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -16,6 +16,7 @@ from loguru import logger
 from collectors.ray_api import RayStateApi
 from core import signal_keys as keys
 from core.errors import SourceUnavailable
+from core.names import clean, job_identity
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
 
 
@@ -93,10 +94,11 @@ class RayStateCollector:
                 Signal(
                     kind=SignalKind.JOB_STATE,
                     source="ray.jobs",
+                    # named by its JobSpec name (metadata), never by its command: see core.names
                     subject=Subject(
                         kind=SubjectKind.JOB,
                         id=job.get("submission_id") or job["job_id"],
-                        name=job.get("entrypoint"),
+                        name=job.get(keys.JOB_NAME),
                     ),
                     observed_at=now,
                     text=job.get("message"),
@@ -133,7 +135,7 @@ class RayStateCollector:
             attrs={
                 keys.STATE: state,
                 keys.NODE_IP: ip,
-                "node_name": _field(node, "node_name"),
+                keys.NODE_NAME: clean(_field(node, "node_name")),
                 keys.IS_HEAD_NODE: bool(_field(node, "is_head_node")),
                 keys.STATE_MESSAGE: _field(node, "state_message"),
                 keys.START_TIME: start.isoformat() if start else None,
@@ -152,15 +154,20 @@ class RayStateCollector:
         end = _ms_to_dt(_field(job, "end_time"))
         status = _field(job, "status")
         status = getattr(status, "value", status)  # an enum in the SDK, a string over REST
+        metadata = _field(job, "metadata")
+        metadata = dict(metadata) if isinstance(metadata, Mapping) else {}
+        identity = job_identity(metadata)
         return {
             keys.JOB_ID: str(_field(job, "job_id") or _field(job, "submission_id")),
             keys.SUBMISSION_ID: _field(job, "submission_id"),
             keys.STATUS: str(status) if status else None,
             keys.ENTRYPOINT: _field(job, "entrypoint"),
+            keys.JOB_NAME: identity.name,
+            keys.OWNER: identity.owner,
             keys.DRIVER_NODE_ID: driver_node,
             keys.MESSAGE: _field(job, "message"),
             keys.ERROR_TYPE: _field(job, "error_type"),
             keys.START_TIME: start.isoformat() if start else None,
             keys.END_TIME: end.isoformat() if end else None,
-            keys.METADATA: dict(_field(job, "metadata") or {}),
+            keys.METADATA: metadata,
         }

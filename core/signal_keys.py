@@ -27,6 +27,7 @@ TRUNCATED: Final = "truncated"  # the line was cut at core.limits.MAX_LINE_BYTES
 # -- where: nodes and jobs ------------------------------------------------------------------------------------
 NODE_ID: Final = "node_id"  # Ray's node id
 NODE_IP: Final = "node_ip"
+NODE_NAME: Final = "node_name"  # the node's hostname or Ray node name (Ray's default is its IP)
 NODES: Final = "nodes"
 JOBS: Final = "jobs"  # on a node: the jobs that had work there (dicts as JOB_* below, or ids)
 JOB_ID: Final = "job_id"  # Ray's job id
@@ -42,6 +43,9 @@ ERROR_TYPE: Final = "error_type"
 ENTRYPOINT: Final = "entrypoint"
 DRIVER_NODE_ID: Final = "driver_node_id"
 OWNER: Final = "owner"
+JOB_NAME: Final = "job_name"  # the JobSpec name from the job's metadata (core.names.job_identity)
+# On a finding about a job: where its GPUs were when Argus last saw them, [{node_id, node_ip, node_name, gpus}]
+JOB_PLACEMENT: Final = "job_placement"
 START_TIME: Final = "start_time"  # ISO 8601
 END_TIME: Final = "end_time"
 METADATA: Final = "metadata"  # a job's Ray metadata (str -> str): Argus's name/owner, a resubmission's lineage

@@ -3,8 +3,10 @@
 Input: METRIC `storage_free_bytes` signals (collectors/storage.py): value the bytes a non-root user can
 still write, attrs total_bytes and inode counts; subject the path.
 
-Two claims per path, each with its own fingerprint (path + kind), so an Argus restart folds a repeat into
-the same incident:
+Two claims per path, one incident: both carry the fingerprint of (disk_full, path), so a trend warning that
+becomes a threshold breach is the same incident whose severity rises to critical (the store raises it on a
+repeat), each claim kept as a finding with its own reason and evidence, and an Argus restart folds a repeat
+into the same incident:
 - threshold (critical): avail / total under `min_free_fraction`, or available inodes under the same
   fraction of the inode table (a full inode table fails writes with ENOSPC as surely as full blocks);
 - trend (warning): a least-squares line through the avail samples of the last `window_s` reaches zero
@@ -18,7 +20,7 @@ One finding per episode: while a claim holds nothing more is reported. A change 
 window of samples: the detector only claims a trend it has watched.
 
 Recovery (`recoveries()`, read by the loop after each `detect()`): a path's open episodes (either kind) end
-together, told once with the same fingerprints, when a sample of the path shows it clear, which is more than
+together, told once with their one fingerprint, when a sample of the path shows it clear, which is more than
 "no claim holds" so that a path hovering at a line does not open and close an incident every poll:
 - free space at or over `min_free_fraction + clear_margin` (5% + 2% by default), and inodes too when the file
   system has an inode table (an episode set off by inodes needs an inode count to end);
@@ -223,8 +225,8 @@ class DiskSpaceDetector:
         if inode_fraction is not None:
             space += f" and {int(inodes_avail):,} of {int(inodes_total):,} inodes ({inode_fraction:.1%})"
         reason = f"shared storage {signal.subject.id} has {space} again, over the {line:.0%} line; {trend}"
-        for finding in state.active.values():
-            self._recovered.append(Recovery(fingerprint=finding.fingerprint, reason=reason, detector=self.name,
+        for fingerprint in dict.fromkeys(f.fingerprint for f in state.active.values()):  # one: the path's
+            self._recovered.append(Recovery(fingerprint=fingerprint, reason=reason, detector=self.name,
                                             observed_at=now))
         state.active.clear()
 
@@ -379,7 +381,7 @@ class DiskSpaceDetector:
             first_seen=first_seen,
             detected_at=now,
             recommended_action=action,
-            fingerprint=fingerprint_of(Category.DISK_FULL, subject, kind),
+            fingerprint=fingerprint_of(Category.DISK_FULL, subject),  # one incident per path, both kinds
             attrs={
                 "path": subject.id,
                 "kind": kind,

@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from core.names import placement_of
 from core.types import Action, Category, Finding, Incident, Report
 from detectors.engine import RuleSet
 from detectors.job_failure import UNMATCHED_REASON
@@ -77,7 +78,13 @@ class RcaEngine:
                 texts = [line.text for line in lines.values()]
                 decision = decide(verdict, outcome.analysis.category, outcome.analysis.confidence, texts, self.rules,
                                   detected=observed)
-        impact = impact_of(incident, bundle, last_checkpoint_at=last_checkpoint_at)
+        # Where the job's GPUs were: the incident's own attrs, else the newest finding that knew (a later finding
+        # may have been filed once the placement was seen).
+        placement = placement_of(incident.attrs) or next(
+            (p for f in reversed(findings) if (p := placement_of(f.attrs))), ())
+        impact = impact_of(incident, bundle, last_checkpoint_at=last_checkpoint_at,
+                           placement=placement).redacted(redactor.redact)
+        bundle.redactions = redactor.count
         return render(ReportInput(incident=incident, bundle=bundle, verdict=verdict, impact=impact, actions=actions,
                                   llm=outcome, decision=decision, llm_configured=self.writer is not None,
                                   cited=cited))

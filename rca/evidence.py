@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from core.names import label_of
 from core.types import Finding, Incident
 from detectors.engine import RuleMatch, RuleSet
 from detectors.stall import DEFAULT_PATTERNS as PROGRESS_PATTERNS
@@ -322,7 +323,8 @@ def _incident_brief(incident: Incident) -> dict[str, Any]:
         "category": incident.category.value,
         "reason": incident.reason,
         "severity": incident.severity.value,
-        "subject": {"kind": incident.subject.kind.value, "id": incident.subject.id, "name": incident.subject.name},
+        "subject": {"kind": incident.subject.kind.value, "id": incident.subject.id, "name": incident.subject.name,
+                    "label": label_of(incident)},
         "summary": incident.summary,
         "first_seen": incident.first_seen.isoformat(),
         "detected_at": incident.detected_at.isoformat(),
@@ -335,7 +337,7 @@ def _finding_brief(finding: Finding) -> dict[str, Any]:
     return {
         "category": finding.category.value,
         "reason": finding.reason,
-        "subject": f"{finding.subject.kind.value} {finding.subject.name or finding.subject.id}",
+        "subject": label_of(finding),
         "summary": clip_text(finding.summary, 400),
         "first_seen": finding.first_seen.isoformat(),
     }

@@ -8,12 +8,14 @@ blocks, never interpreted as Markdown (a log line cannot inject a link or a head
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from core.names import ID_MAX, Named, PlacedGpus, clean, label_of, node_of
 from core.refs import refs_of
+from core.signal_keys import JOB_NAME, OWNER
 from core.types import Action, Incident, Report
 from rca.classify import Classification
 from rca.evidence import EvidenceBundle
@@ -23,40 +25,76 @@ from rca.verdict import CATEGORY_MEANINGS, Decision
 
 @dataclass(frozen=True)
 class Impact:
+    """Who and what the incident hit, named as people name them (core.names). `label`: the incident's subject
+    ("job <sid> (<name>, owner <owner>)", "node <name> (<ip>)"); `nodes`: node labels; `placement`: the GPUs the
+    job held per node, where Argus saw them (empty: not known)."""
+
     job: str | None = None
     owner: str | None = None
     nodes: tuple[str, ...] = ()
-    gpus: int | None = None
+    gpus: float | None = None
     gpu_hours_lost: float | None = None
     basis: str = ""  # how gpu_hours_lost was counted
+    job_name: str | None = None
+    label: str = ""
+    placement: tuple[tuple[str, float], ...] = ()  # (node label, GPUs held there)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"job": self.job, "owner": self.owner, "nodes": list(self.nodes), "gpus": self.gpus,
+        return {"job": self.job, "job_name": self.job_name, "owner": self.owner, "label": self.label,
+                "nodes": list(self.nodes), "gpus": self.gpus,
+                "placement": [{"node": n, "gpus": g} for n, g in self.placement],
                 "gpu_hours_lost": self.gpu_hours_lost, "basis": self.basis}
 
+    def redacted(self, redact: Callable[[str], str]) -> Impact:
+        """The same impact with every name passed through `redact` (a report's Redactor: IPs and users masked
+        where the settings ask)."""
+        def r(text: str | None) -> str | None:
+            return redact(text) if text else text
 
-def impact_of(incident: Incident, bundle: EvidenceBundle, *, last_checkpoint_at: datetime | None = None) -> Impact:
-    """Who and what the incident hit. GPU-hours lost: the job's GPUs times the time from its last checkpoint
-    (the work to redo) to detection, else from the failure to detection (GPUs held while failing)."""
-    attrs, job, refs = incident.attrs, bundle.job, refs_of(incident)
-    sid = refs.submission_id or job.get("submission_id")
-    nodes = sorted({str(n) for n in (refs.node_ip, *job.get("nodes", ())) if n})
-    gpus = job.get("gpus")
-    if gpus is None and job.get("spec"):
-        spec = job["spec"]
-        gpus = (spec.get("nnodes") or 1) * (spec.get("gpus_per_node") or 0) or None
+        return replace(self, job=r(self.job), owner=r(self.owner), job_name=r(self.job_name), label=redact(self.label),
+                       nodes=tuple(redact(n) for n in self.nodes),
+                       placement=tuple((redact(n), g) for n, g in self.placement))
+
+
+def impact_of(incident: Incident, bundle: EvidenceBundle, *, last_checkpoint_at: datetime | None = None,
+              placement: Sequence[PlacedGpus] = ()) -> Impact:
+    """Who and what the incident hit. Nodes and GPUs: where the job's GPUs were (`placement`, as the placement
+    collector last saw them), else the node the incident names and the job's spec (nnodes x gpus_per_node).
+    GPU-hours lost: the job's GPUs times the time from its last checkpoint (the work to redo) to detection, else
+    from the failure to detection (GPUs held while failing)."""
+    job, refs = bundle.job, refs_of(incident)
+    raw_spec = job.get("spec")
+    spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
+    attrs = dict(incident.attrs)
+    # The job's folder (its JobSpec) fills in what the incident's attrs do not say.
+    for key, value in ((JOB_NAME, spec.get("name")), (OWNER, job.get("owner") or spec.get("owner"))):
+        if clean(attrs.get(key)) is None and clean(value):
+            attrs[key] = value
+    named = Named(incident.subject, attrs)
+    sid = refs.submission_id or clean(job.get("submission_id"))
+    placed = tuple((p.label, p.gpus) for p in placement)
+    if placed:
+        nodes = [label for label, _ in placed]
+        gpus: float | None = sum(g for _, g in placed) or None
+    else:
+        here = node_of(named)
+        nodes = sorted({str(n) for n in (here, *job.get("nodes", ())) if n})
+        gpus = job.get("gpus")
+        if gpus is None and spec:
+            gpus = (spec.get("nnodes") or 1) * (spec.get("gpus_per_node") or 0) or None
     hours = basis = None
     if gpus:
         if last_checkpoint_at is not None and last_checkpoint_at <= incident.detected_at:
             span = incident.detected_at - last_checkpoint_at
-            basis = f"{gpus} GPUs × {_hours(span.total_seconds())} from the last checkpoint to detection"
+            basis = f"{gpus:g} GPUs × {_hours(span.total_seconds())} from the last checkpoint to detection"
         else:
             span = max(incident.detected_at - incident.first_seen, timedelta(0))
-            basis = (f"{gpus} GPUs × {_hours(span.total_seconds())} from the failure to detection "
+            basis = (f"{gpus:g} GPUs × {_hours(span.total_seconds())} from the failure to detection "
                      "(no checkpoint time known)")
         hours = round(gpus * span.total_seconds() / 3600, 2)
-    return Impact(job=sid, owner=job.get("owner") or attrs.get("owner"), nodes=tuple(nodes), gpus=gpus,
-                  gpu_hours_lost=hours, basis=basis or "")
+    return Impact(job=clean(sid, ID_MAX), owner=clean(attrs.get(OWNER)), nodes=tuple(nodes), gpus=gpus,
+                  gpu_hours_lost=hours, basis=basis or "", job_name=clean(attrs.get(JOB_NAME)),
+                  label=label_of(named), placement=placed)
 
 
 @dataclass(frozen=True)
@@ -79,9 +117,9 @@ def render(inp: ReportInput) -> Report:
     category = inp.decision.category if inp.decision else verdict.category
     confidence = inp.decision.confidence if inp.decision else verdict.confidence
     summary = analysis.summary if accepted and analysis is not None else verdict.summary
-    subject = f"{incident.subject.kind.value} {incident.subject.name or incident.subject.id}"
+    subject = inp.impact.label or label_of(incident)
 
-    md: list[str] = [f"# {category.value} on {subject} ({incident.id})", ""]
+    md: list[str] = [f"# {category.value} on {_inline(subject)} ({incident.id})", ""]
     md += ["## Summary", "", _para(summary), ""]
 
     md += ["## Root cause", "", f"**Category:** `{category.value}` ({CATEGORY_MEANINGS[category]}). "
@@ -131,10 +169,22 @@ def render(inp: ReportInput) -> Report:
 
     imp = inp.impact
     md += ["## Impact", ""]
-    md.append(f"- Job: `{_code(imp.job)}`" + (f" (owner {_inline(imp.owner)})" if imp.owner else "") if imp.job
-              else "- Job: none named by the evidence")
-    md.append(f"- Nodes: {', '.join(f'`{_code(n)}`' for n in imp.nodes)}" if imp.nodes else "- Nodes: not known")
-    md.append(f"- GPUs: {imp.gpus}" if imp.gpus else "- GPUs: not known")
+    if imp.job:
+        who = ", ".join(p for p in (imp.job_name, f"owner {imp.owner}" if imp.owner else None) if p)
+        md.append(f"- Job: `{_code(imp.job)}`" + (f" ({_inline(who)})" if who else ""))
+    else:
+        md.append("- Job: none named by the evidence")
+    if imp.placement:
+        md.append("- Nodes (where the job's GPUs were): "
+                  + ", ".join(f"`{_code(n)}` ({g:g} GPU{'s' if g != 1 else ''})" for n, g in imp.placement))
+    elif imp.nodes:
+        md.append(f"- Nodes: {', '.join(f'`{_code(n)}`' for n in imp.nodes)} (where the evidence was seen; "
+                  "Argus did not see where the job's GPUs were)" if imp.job else
+                  f"- Nodes: {', '.join(f'`{_code(n)}`' for n in imp.nodes)}")
+    else:
+        md.append("- Nodes: not known (Argus did not see the job hold GPUs, and the evidence names no node)")
+    md.append(f"- GPUs: {imp.gpus:g}" if imp.gpus else
+              "- GPUs: not known (no placement seen and no job spec with nnodes and gpus_per_node)")
     if imp.gpu_hours_lost is not None:
         md.append(f"- GPU-hours lost: {imp.gpu_hours_lost:g} ({imp.basis})")
     md.append("")

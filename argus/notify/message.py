@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
 from core import signal_keys as keys
-from core.refs import refs_of
+from core.names import Named, clean, job_label, job_of, label_of, node_of
 from core.types import Action, Incident, IncidentState, Report, Severity
 
 EVENTS = ("opened", "updated", "resolved", "report_ready", "approval_needed")
@@ -177,24 +177,26 @@ def build_message(
     if event not in EVENTS:
         raise ValueError(f"unknown notification event {event!r}; one of {', '.join(EVENTS)}")
     impact = dict((report.data or {}).get("impact") or {}) if report is not None else {}
-    attrs = incident.attrs or {}
-    subject = incident.subject
     incident_url, report_url = links(public_url, incident.id)
-    refs = refs_of(incident)
-    nodes = impact.get("nodes") or []
-    # What the incident's attrs name comes first, then the report's impact (it knows the job's folder), then
-    # the incident's subject.
-    job = attrs.get(keys.SUBMISSION_ID) or impact.get("job") or refs.submission_id
-    node = refs.node_ip or refs.node_id or (", ".join(map(str, nodes)) if nodes else None)
-    owner = attrs.get("owner") or impact.get("owner")
-    where = untrusted(subject.name or subject.id, 80)
+    # The incident's own attrs first, then what the report found in the job's folder (its JobSpec), named the
+    # one way core.names spells it: the job by its submission id and JobSpec name, the node by name and IP.
+    attrs = dict(incident.attrs or {})
+    for key, value in ((keys.JOB_NAME, impact.get("job_name")), (keys.OWNER, impact.get("owner"))):
+        if clean(attrs.get(key)) is None and value:
+            attrs[key] = value
+    named = Named(incident.subject, attrs)
+    nodes = [str(n) for n in impact.get("nodes") or [] if n]
+    job = job_of(named, with_owner=False) or (job_label(impact["job"]) if isinstance(impact.get("job"), str) else None)
+    node = node_of(named) or (", ".join(nodes) if nodes else None)
+    owner = clean(attrs.get(keys.OWNER))
+    where = untrusted(label_of(named), 120)
     reopening = event == "updated" and incident.reopened and incident.state is IncidentState.OPEN
     label = REOPENED_LABEL if reopening else EVENT_LABELS[event]
     return Message(
         event=event,
         incident_id=incident.id,
         # "Argus" in every title: a bot set to accept only messages with a keyword can be given that one.
-        title=cut(f"Argus · {label}: {incident.category.value} on {subject.kind.value} {where}", TITLE_MAX),
+        title=cut(f"Argus · {label}: {incident.category.value} on {where}", TITLE_MAX),
         severity=incident.severity,
         category=incident.category.value,
         state=incident.state.value,

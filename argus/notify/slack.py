@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from argus.notify.channels import MAX_APPROVALS, Channel, Item, Judgement, escape_slack, scaled
+from argus.notify.channels import MAX_APPROVALS, Channel, Item, Judgement, escape_lite, escape_slack, scaled
 from argus.notify.message import Digest, Message, cut
 
 
@@ -68,7 +68,9 @@ class SlackChannel(Channel):
     def _message(self, m: Message, scale: float) -> dict[str, Any]:
         facts = f"*{m.label}* · severity *{m.severity.value}* · *{m.category}* · state *{m.state}*"
         blocks: list[dict[str, Any]] = [
-            {"type": "header", "text": {"type": "plain_text", "text": cut(m.title, 150), "emoji": True}},
+            # plain_text renders no markup, but the title names the job and owner from metadata: nothing in it may
+            # even look like a mention or a link, so < and > become their fullwidth forms (as in DingTalk and WeCom)
+            {"type": "header", "text": {"type": "plain_text", "text": escape_lite(cut(m.title, 150)), "emoji": True}},
             _section(facts),
         ]
         fields = [{"type": "mrkdwn", "text": f"*{label}*\n{mrkdwn(value, 1900)}"}

@@ -8,14 +8,24 @@ from typing import Any
 import httpx
 from loguru import logger
 
+from core.names import clean, entrypoint_of, job_of, label_of, node_of
+from core.signal_keys import OWNER
 from core.types import Incident
 
 
 def incident_payload(incident: Incident, event: str, *, link: str | None = None) -> dict[str, Any]:
-    """`link`: the incident in the API; its report is at `<link>/report`. The incident is shaped as the API shows
-    it, its reopen count beside its occurrences."""
+    """`link`: the incident in the API; its report is at `<link>/report`. `about`: what the incident is about as
+    people name it (core.names): the job by its submission id, JobSpec name and owner, the node by name and IP;
+    the entrypoint apart, as a detail."""
     return {
         "event": f"incident.{event}",
+        "about": {
+            "label": label_of(incident),
+            "job": job_of(incident),
+            "node": node_of(incident),
+            "owner": clean(incident.attrs.get(OWNER)),
+            "entrypoint": entrypoint_of(incident),
+        },
         "incident": {**incident.model_dump(mode="json"), "reopened": incident.reopened},
         "link": link,
         "report": f"{link}/report" if link else None,

@@ -16,6 +16,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
+from core.names import entrypoint_of, label_of
+
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
 _LINK_SCHEMES = ("http://", "https://")
@@ -66,4 +68,6 @@ def environment() -> Environment:
     env.filters["short"] = short
     env.filters["markdown"] = markdown_html
     env.filters["plain"] = plain
+    env.filters["label"] = label_of  # an incident as people name what it is about (core.names)
+    env.filters["entrypoint"] = entrypoint_of
     return env

@@ -27,7 +27,7 @@ def test_the_collector_and_detector_constants_are_the_core_ones() -> None:
     assert placement.JOB_GPUS_METRIC == idle_gpu.JOB_GPUS_METRIC == signal_keys.JOB_GPUS_METRIC
 
 
-@pytest.mark.parametrize("module", ["core/signal_keys.py", "core/refs.py", "core/jobfolder.py"])
+@pytest.mark.parametrize("module", ["core/signal_keys.py", "core/refs.py", "core/jobfolder.py", "core/names.py"])
 def test_core_imports_nothing_of_ours(module: str) -> None:
     tree = ast.parse((ROOT / module).read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}

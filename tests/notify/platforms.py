@@ -144,6 +144,9 @@ SLACK = {"text": Leaf(min_len=1, max_len=40_000), "blocks": ListOf(SLACK_BLOCK, 
 WEBHOOK_ONE = {
     "event": Leaf(pattern=r"^incident\.(opened|updated|resolved|report_ready|approval_needed)$"),
     "incident": {"id": Leaf(min_len=1), "*": None},
+    # what the incident is about as people name it (core.names); absent only when the incident is not known
+    "?about": {"label": Leaf(min_len=1), "job": Leaf((str, type(None))), "node": Leaf((str, type(None))),
+               "owner": Leaf((str, type(None))), "entrypoint": Leaf((str, type(None)))},
     "link": Leaf((str, type(None))),
     "report": Leaf((str, type(None))),
     "?report_summary": Leaf(),

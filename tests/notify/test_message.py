@@ -39,7 +39,7 @@ def test_untrusted_text_is_bounded_cheaply():
 def test_message_carries_job_node_owner_links_and_state(store):
     incident = open_incident(store, 7)
     message = build_message(incident, "opened", public_url=PUBLIC_URL + "/")
-    assert message.title == "Argus · Incident opened: gpu_oom on job raysubmit_0007"
+    assert message.title == "Argus · Incident opened: gpu_oom on job raysubmit_0007 (owner alice)"
     assert (message.job, message.node, message.owner) == ("raysubmit_0007", "10.0.0.3", "alice")
     assert message.incident_url == f"{PUBLIC_URL}/v1/incidents/{incident.id}"
     assert message.report_url == f"{PUBLIC_URL}/v1/incidents/{incident.id}/report?format=markdown"
@@ -53,8 +53,10 @@ def test_report_impact_fills_what_the_incident_lacks(store):
                     markdown="#", generator="deterministic",
                     data={"impact": {"job": "raysubmit_x", "owner": "bob", "nodes": ["10.0.0.4", "10.0.0.5"]}})
     message = build_message(incident, "report_ready", report=report)
+    # the incident's own subject names the job; the report adds the owner and the nodes it lacks
     assert (message.job, message.node, message.owner, message.report_summary) == (
-        "raysubmit_x", "10.0.0.4, 10.0.0.5", "bob", "why")
+        "raysubmit_0001", "10.0.0.4, 10.0.0.5", "bob", "why")
+    assert message.title.endswith("on job raysubmit_0001 (owner bob)")
     assert message.incident_url is None and message.report_url is None  # no public URL configured
 
 
