@@ -55,10 +55,17 @@ class HistoryMarker:
     def mark(
         self, texts: Sequence[str], *, modified_at: datetime | None, carried: datetime | None = None
     ) -> tuple[list[dict[str, Any]], datetime | None]:
-        """Per line, the attrs to add to its signal (LINE_TIME, HISTORY); and the time of the last dated line,
-        to pass as `carried` with the next part of the same file's backlog. `modified_at` None: unknown, the
-        lines without a stamp of their own count as written now."""
+        """Per line, the attrs to add to its signal (LINE_TIME, HISTORY; lines of one time share one dict: copy
+        it, do not change it); and the time of the last dated line, to pass as `carried` with the next part of
+        the same file's backlog. `modified_at` None: unknown, lines without a stamp of their own count as now."""
         now = self._clock()
         times, last = written_times(texts, modified_at=modified_at or now, tz=self.tz, carried=carried)
         cutoff = now - self.window
-        return [{keys.LINE_TIME: t.isoformat(), keys.HISTORY: t < cutoff} for t in times], last
+        by_time: dict[datetime, dict[str, Any]] = {}  # a traceback, or a file of unstamped lines: one time
+        out = []
+        for t in times:
+            attrs = by_time.get(t)
+            if attrs is None:
+                attrs = by_time[t] = {keys.LINE_TIME: t.isoformat(), keys.HISTORY: t < cutoff}
+            out.append(attrs)
+        return out, last

@@ -25,7 +25,7 @@ import os
 import re
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
 from pathlib import Path
 from typing import Any
@@ -197,7 +197,6 @@ class LogTailer:
             self.offsets.set(key, state)
             return lines, spent
         new, used = self._read_from(fd, key, state, max(0, budget - spent), final=False)
-        new = self._date_backlog(fd, state, new)
         if int(state["head_len"]) < HEAD_BYTES:
             state["head_len"] = min(HEAD_BYTES, os.fstat(fd).st_size)
             state["head"] = _head_hash(fd, state["head_len"])
@@ -212,35 +211,39 @@ class LogTailer:
         )
         offset = int(state["offset"])
         backlog_end = int(state.get("backlog", 0))
-        pos, lines = offset, []
+        pos, raw, backlog = offset, [], 0
         while pos - offset < budget:
             chunk = os.pread(fd, min(self.chunk_bytes, budget - (pos - offset)), pos)
             if not chunk:
                 break
             # to a chunk's precision: a line that began before the backlog's end and ends in a later chunk is news
-            backlog = pos < backlog_end
+            in_backlog = pos < backlog_end
             pos += len(chunk)
-            lines += [LogLine(source, n, text, cut, backlog) for n, text, cut in splitter.feed(chunk)]
+            fed = splitter.feed(chunk)
+            raw += fed
+            backlog += len(fed) if in_backlog else 0  # so backlog lines are a prefix of `raw`
         if final and not chunk_left(fd, pos):
-            lines += [LogLine(source, n, text, cut) for n, text, cut in splitter.flush()]
+            raw += splitter.flush()
         state.update(offset=offset + splitter.consumed, line=splitter.line_no, skipping=splitter.skipping)
+        ages = self._date_backlog(fd, state, [text for _, text, _ in raw[:backlog]])
+        if not backlog:  # the live path: nothing to date
+            return [LogLine(source, n, text, cut) for n, text, cut in raw], pos - offset
+        lines = [LogLine(source, n, text, cut, i < backlog, ages[i] if i < len(ages) else None)
+                 for i, (n, text, cut) in enumerate(raw)]
         return lines, pos - offset
 
-    def _date_backlog(self, fd: int, state: dict[str, Any], lines: list[LogLine]) -> list[LogLine]:
-        """Date the backlog lines (a prefix of `lines`); the state carries the last dated time to the next part."""
-        n = 0
-        while n < len(lines) and lines[n].backlog:
-            n += 1
-        if n and self.history is not None:
+    def _date_backlog(self, fd: int, state: dict[str, Any], texts: list[str]) -> list[dict[str, Any]]:
+        """The age attrs of a file's backlog lines (none without a history marker); the state carries the last
+        dated time to the next part of the backlog, and forgets the backlog once it is read."""
+        ages: list[dict[str, Any]] = []
+        if texts and self.history is not None:
             modified = datetime.fromtimestamp(os.fstat(fd).st_mtime, tz=timezone.utc)
-            ages, last = self.history.mark([line.text for line in lines[:n]], modified_at=modified,
-                                           carried=saved_time(state.get("backlog_at")))
+            ages, last = self.history.mark(texts, modified_at=modified, carried=saved_time(state.get("backlog_at")))
             state["backlog_at"] = last.isoformat() if last else None
-            lines = [replace(line, age=age) for line, age in zip(lines[:n], ages, strict=True)] + lines[n:]
         if "backlog" in state and int(state["offset"]) >= int(state["backlog"]):
             state.pop("backlog")
             state.pop("backlog_at", None)
-        return lines
+        return ages
 
     def _finish_rotated(self, key: str, state: dict[str, Any], budget: int) -> tuple[list[LogLine], int]:
         """Read what is left of the file that used to be at `key`, if it can still be found."""

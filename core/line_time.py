@@ -28,6 +28,9 @@ _GLOG = re.compile(
 _SYSLOG = re.compile(
     r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<d>\d{1,2}) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)"
 )
+# Every format above has a time of day, so ":MM:" in the head: a line without one is dismissed by this one cheap
+# search (a literal prefix `re` scans for fast), and the glog search starts just before it.
+_CLOCK = re.compile(r":[0-9][0-9]:")
 _MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1)}
 # A year-less stamp this far after the file's last write belongs to the year before (a December line read
 # in January); less than this is clock skew between the writer and the file server.
@@ -52,13 +55,16 @@ def line_time(text: str, *, year: int | None = None, tz: tzinfo = timezone.utc) 
     """The time a line carries, timezone-aware (in `tz` when the line names no zone); None when it has none.
     `year` completes formats without one (glog, syslog); without it they give None."""
     head = text[:_SEARCH_CHARS]
+    clock = _CLOCK.search(head)
+    if clock is None:
+        return None
     try:
         if m := _ISO.search(head):
             return datetime(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]),
                             _micro(m["f"]), tzinfo=_tz(m["tz"], tz))
         if year is None:
             return None
-        if m := _GLOG.search(head):
+        if m := _GLOG.search(head, max(0, clock.start() - 9)):  # "[I1123 10:00:01": 9 characters before ":00:"
             return datetime(year, int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), _micro(m["f"]),
                             tzinfo=tz)
         if m := _SYSLOG.match(head):
