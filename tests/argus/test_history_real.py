@@ -4,9 +4,10 @@ Real: the Ray cluster (session fixture: head + 2 workers on loopback), every col
 argus.wiring builds from Settings (Ray state, placement, Ray's logs read through each node's agent, job logs on a
 shared root in tmp_path), the desk over a real SQLite store, and a job submitted through the Jobs API.
 
-1. A job folder whose log holds a CUDA OOM stamped two days ago (the file's mtime too): Argus's first ticks open
-   nothing for it, and the Ray logs it meets for the first time are dated; then an OOM line written now opens
-   exactly one incident.
+1. A job folder whose log holds a CUDA OOM stamped two days ago (the file's mtime too), and a worker log on the
+   head holding an unstamped OOM, last written two days ago: Argus's first ticks open nothing for either (the
+   worker log dated by the mtime the node's agent sends), and the Ray logs it meets for the first time are dated
+   by their own stamps; then an OOM line written now in the job's log opens exactly one incident.
 2. A Ray job prints a CUDA OOM and goes on to succeed: a critical incident while it runs, resolved at warning with
    the reason once it SUCCEEDED, the resolve event saying what the severity was.
 """
@@ -80,6 +81,11 @@ def test_first_start_opens_nothing_for_history_and_a_retried_oom_ends_as_a_warni
     log.write_text(logged(two_days_ago, "Traceback (most recent call last):") + '  File "train.py", line 88\n'
                    + OOM + "\n")
     os.utime(log, (two_days_ago.timestamp(), two_days_ago.timestamp()))
+    head_logs = ray_cluster.nodes[0].log_dir()
+    assert head_logs is not None
+    old_worker_log = head_logs / f"worker-{uuid.uuid4().hex[:40]}-ffffffff-4242.out"  # a worker no job claimed
+    old_worker_log.write_text(OOM + "\n")
+    os.utime(old_worker_log, (two_days_ago.timestamp(), two_days_ago.timestamp()))
 
     settings = load_settings(data_dir=tmp_path / "data", shared_root=root, ray_dashboard_url=ray_cluster.dashboard_url,
                              history_window_s=900)
@@ -104,6 +110,10 @@ def test_first_start_opens_nothing_for_history_and_a_retried_oom_ends_as_a_warni
         started = min(datetime.fromisoformat(s.attrs[keys.LINE_TIME]) for s in dated
                       if s.attrs[keys.FILE] == "raylet.out")
         assert datetime.now(timezone.utc) - timedelta(days=1) < started <= datetime.now(timezone.utc)
+        [old_oom] = [s for s in recording.seen if s.attrs[keys.FILE] == old_worker_log.name]
+        assert old_oom.attrs[keys.HISTORY] is True
+        assert abs(datetime.fromisoformat(old_oom.attrs[keys.LINE_TIME]) - two_days_ago) < timedelta(seconds=2)
+        assert not any(old_worker_log.name in i.summary for i in store.list_incidents())
 
         with open(log, "a") as f:
             f.write(logged(datetime.now(timezone.utc), OOM))
@@ -141,6 +151,7 @@ def test_first_start_opens_nothing_for_history_and_a_retried_oom_ends_as_a_warni
         assert event.detail["severity_was"] == "critical" and event.incident.severity is Severity.WARNING
         assert event.detail["reason"].endswith("did not end it")
     finally:
+        old_worker_log.unlink(missing_ok=True)
         for collector in collectors:
             close = getattr(getattr(collector, "inner", collector), "close", None)
             if close is not None:
