@@ -16,6 +16,10 @@ Hostile input is expected, so reading is bounded everywhere:
   those lines are dated and the ones older than the history window marked as history (collectors.history),
   however many polls reading the backlog takes. Lines written later, and files rotated or truncated while
   watched, are news and are not dated.
+
+One module past 400 lines on purpose: the line splitter, the tailer and the job-log collector share the offsets'
+state (offset, line count, identity, backlog) and the reading rules above; apart, each would need the others'
+internals.
 """
 
 from __future__ import annotations

@@ -31,6 +31,9 @@ A file with no saved offset is read from 0 and what it held then (the total in t
 Content-Range) is its backlog: those lines are dated, by their own stamps or the agent's Last-Modified, and the
 ones older than the history window are marked as history (collectors.history): a week of Ray session logs on a
 cluster Argus meets for the first time is not a week of new faults.
+
+One module past 400 lines on purpose: listing files, ranged reads and turning them into signals share the
+per-file state (offset, tail check, backlog, back-off) and the HTTP behaviour measured above.
 """
 
 from __future__ import annotations
