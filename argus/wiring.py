@@ -73,12 +73,14 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: A
             settings.ray_dashboard_url, timeout_s=settings.request_timeout_s, on_placement=metrics.set_job_gpus
         ),
         RayLogsCollector(
-            settings.ray_dashboard_url, OffsetStore(offsets / "ray_logs.json"), timeout_s=settings.request_timeout_s
+            settings.ray_dashboard_url, OffsetStore(offsets / "ray_logs.json"), timeout_s=settings.request_timeout_s,
+            history_window_s=settings.history_window_s,
         ),
     ]
     jobs_dir = JobFolders(settings.shared_root).jobs_dir
     if jobs_dir.is_dir():
-        collectors.append(JobLogsCollector(settings.shared_root, OffsetStore(offsets / "job_logs.json")))
+        collectors.append(JobLogsCollector(settings.shared_root, OffsetStore(offsets / "job_logs.json"),
+                                           history_window_s=settings.history_window_s))
         collectors.append(SharedStorageCollector([settings.shared_root], timeout_s=settings.request_timeout_s))
     else:
         logger.info("no {} folder: job log files on shared storage will not be read", jobs_dir)

@@ -12,6 +12,14 @@ Hostile input is expected, so reading is bounded everywhere:
   path is a rotation: the old file is finished (found by the descriptor kept open, or by its inode in the
   same folder, e.g. `train.log.1`), its last partial line flushed, then the new one is read from 0.
   A file smaller than the offset, or whose first bytes changed, was truncated: read again from 0.
+- A file seen for the first time (no saved offset) is read from 0, and what it held then is its backlog:
+  those lines are dated and the ones older than the history window marked as history (collectors.history),
+  however many polls reading the backlog takes. Lines written later, and files rotated or truncated while
+  watched, are news and are not dated.
+
+One module past 400 lines on purpose: the line splitter, the tailer and the job-log collector share the offsets'
+state (offset, line count, identity, backlog) and the reading rules above; apart, each would need the others'
+internals.
 """
 
 from __future__ import annotations
@@ -22,12 +30,13 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone, tzinfo
 from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
+from collectors.history import HistoryMarker, saved_time
 from collectors.offsets import OffsetStore
 from core import signal_keys as keys
 from core.errors import SourceUnavailable
@@ -43,12 +52,16 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 @dataclass(frozen=True)
 class LogLine:
-    """One line of a log file: `line_no` counts from 1 in that file, across polls and restarts."""
+    """One line of a log file: `line_no` counts from 1 in that file, across polls and restarts. `backlog`: the
+    file held it when first seen; `age`: the signal attrs saying when it was written and whether that is history
+    (collectors.history), for backlog lines when the reader dates them."""
 
     source: str
     line_no: int
     text: str
     truncated: bool = False
+    backlog: bool = False
+    age: dict[str, Any] | None = None
 
 
 def decode_line(raw: bytes) -> str:
@@ -138,8 +151,11 @@ class LogTailer:
         chunk_bytes: int = CHUNK_BYTES,
         file_budget_bytes: int = 8 * 1024 * 1024,
         max_open_files: int = 128,
+        history: HistoryMarker | None = None,
     ) -> None:
+        """`history`: dates the backlog of files seen for the first time; None reads every line as news."""
         self.offsets = offsets
+        self.history = history
         self.max_line_bytes = max_line_bytes
         self.chunk_bytes = chunk_bytes
         self.file_budget_bytes = file_budget_bytes
@@ -164,6 +180,7 @@ class LogTailer:
             logger.warning("cannot open log file {}: {}", key, exc)
             return [], 0
         state = self.offsets.get(key)
+        first_sight = state is None
         lines: list[LogLine] = []
         spent = 0
         if state is not None and (state.get("dev"), state.get("ino")) != (dev, ino):
@@ -178,6 +195,8 @@ class LogTailer:
                 state = None
         if state is None:
             state = {"dev": dev, "ino": ino, "offset": 0, "line": 0, "skipping": False, "head": "", "head_len": 0}
+            if first_sight and self.history is not None:
+                state["backlog"] = size  # what the file held when first seen: dated, maybe history
         if int(state["offset"]) >= size:
             self.offsets.set(key, state)
             return lines, spent
@@ -195,17 +214,40 @@ class LogTailer:
             max_line_bytes=self.max_line_bytes, line_no=int(state["line"]), skipping=bool(state["skipping"])
         )
         offset = int(state["offset"])
-        pos, lines = offset, []
+        backlog_end = int(state.get("backlog", 0))
+        pos, raw, backlog = offset, [], 0
         while pos - offset < budget:
             chunk = os.pread(fd, min(self.chunk_bytes, budget - (pos - offset)), pos)
             if not chunk:
                 break
+            # to a chunk's precision: a line that began before the backlog's end and ends in a later chunk is news
+            in_backlog = pos < backlog_end
             pos += len(chunk)
-            lines += [LogLine(source, n, text, cut) for n, text, cut in splitter.feed(chunk)]
+            fed = splitter.feed(chunk)
+            raw += fed
+            backlog += len(fed) if in_backlog else 0  # so backlog lines are a prefix of `raw`
         if final and not chunk_left(fd, pos):
-            lines += [LogLine(source, n, text, cut) for n, text, cut in splitter.flush()]
+            raw += splitter.flush()
         state.update(offset=offset + splitter.consumed, line=splitter.line_no, skipping=splitter.skipping)
+        ages = self._date_backlog(fd, state, [text for _, text, _ in raw[:backlog]])
+        if not backlog:  # the live path: nothing to date
+            return [LogLine(source, n, text, cut) for n, text, cut in raw], pos - offset
+        lines = [LogLine(source, n, text, cut, i < backlog, ages[i] if i < len(ages) else None)
+                 for i, (n, text, cut) in enumerate(raw)]
         return lines, pos - offset
+
+    def _date_backlog(self, fd: int, state: dict[str, Any], texts: list[str]) -> list[dict[str, Any]]:
+        """The age attrs of a file's backlog lines (none without a history marker); the state carries the last
+        dated time to the next part of the backlog, and forgets the backlog once it is read."""
+        ages: list[dict[str, Any]] = []
+        if texts and self.history is not None:
+            modified = datetime.fromtimestamp(os.fstat(fd).st_mtime, tz=timezone.utc)
+            ages, last = self.history.mark(texts, modified_at=modified, carried=saved_time(state.get("backlog_at")))
+            state["backlog_at"] = last.isoformat() if last else None
+        if "backlog" in state and int(state["offset"]) >= int(state["backlog"]):
+            state.pop("backlog")
+            state.pop("backlog_at", None)
+        return ages
 
     def _finish_rotated(self, key: str, state: dict[str, Any], budget: int) -> tuple[list[LogLine], int]:
         """Read what is left of the file that used to be at `key`, if it can still be found."""
@@ -289,14 +331,20 @@ class JobLogsCollector:
         file_budget_bytes: int = 8 * 1024 * 1024,
         max_line_bytes: int = MAX_LINE_CHARS,
         suffixes: tuple[str, ...] = LOG_SUFFIXES,
+        history_window_s: float = 900.0,
+        log_zone: tzinfo | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
+        """`history_window_s`: a backlog line written longer ago than this is history (Settings.history_window_s);
+        `log_zone`: the zone of log stamps that name none, by default this host's."""
         self.shared_root = Path(shared_root)
         self.offsets = offsets
         self.poll_budget_bytes = poll_budget_bytes
         self.suffixes = suffixes
         self._clock = clock
-        self.tailer = LogTailer(offsets, max_line_bytes=max_line_bytes, file_budget_bytes=file_budget_bytes)
+        history = HistoryMarker(history_window_s, clock=clock, tz=log_zone)
+        self.tailer = LogTailer(offsets, max_line_bytes=max_line_bytes, file_budget_bytes=file_budget_bytes,
+                                history=history)
         self._turn = 0
 
     def discover(self) -> list[tuple[str, Path]]:
@@ -354,5 +402,5 @@ class JobLogsCollector:
             observed_at=now,
             text=line.text,
             line=line.line_no,
-            attrs={keys.STREAM: "job-logs", keys.FILE: line.source, keys.TRUNCATED: line.truncated},
+            attrs={keys.STREAM: "job-logs", keys.FILE: line.source, keys.TRUNCATED: line.truncated, **(line.age or {})},
         )

@@ -26,6 +26,14 @@ found from the Jobs API (`driver_node_id`), so a new job's driver log is read on
 waiting for the next listing. A DEAD or vanished node is reported once and its files dropped: its logs
 are gone with it. A rotated Ray file's unread tail (what was written since the last poll before the
 rotation) is not read; Ray rotates at 512 MB by default, so this is rare and small.
+
+A file with no saved offset is read from 0 and what it held then (the total in the first answer's
+Content-Range) is its backlog: those lines are dated, by their own stamps or the agent's Last-Modified, and the
+ones older than the history window are marked as history (collectors.history): a week of Ray session logs on a
+cluster Argus meets for the first time is not a week of new faults.
+
+One module past 400 lines on purpose: listing files, ranged reads and turning them into signals share the
+per-file state (offset, tail check, backlog, back-off) and the HTTP behaviour measured above.
 """
 
 from __future__ import annotations
@@ -35,13 +43,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone, tzinfo
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 from loguru import logger
 
+from collectors.history import HistoryMarker, saved_time
 from collectors.logs import LineSplitter
 from collectors.offsets import OffsetStore
 from collectors.ray_api import DASHBOARD_HINT, cause_of
@@ -90,6 +100,8 @@ class _File:
 class _ReadResult:
     file: _File
     lines: list[tuple[int, str, bool]] = field(default_factory=list)
+    backlog: int = 0  # how many of `lines` (a prefix) the file held when first seen
+    modified_at: datetime | None = None  # the file's Last-Modified, as the agent said
     state: dict[str, Any] | None = None
     gone: bool = False
     error: str | None = None
@@ -112,9 +124,13 @@ class RayLogsCollector:
         list_interval_s: float = 15.0,
         idle_backoff_max_s: float = 30.0,
         workers: int = 8,
+        history_window_s: float = 900.0,
+        log_zone: tzinfo | None = None,
         clock: Callable[[], datetime] = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`history_window_s`: a backlog line written longer ago than this is history (Settings.history_window_s);
+        `log_zone`: the zone of log stamps that name none, by default this host's."""
         self.dashboard_url = dashboard_url.rstrip("/")
         self.offsets = offsets
         self.timeout_s = timeout_s
@@ -125,6 +141,7 @@ class RayLogsCollector:
         self.idle_backoff_max_s = idle_backoff_max_s
         self._clock = clock
         self._now = monotonic
+        self.history = HistoryMarker(history_window_s, clock=clock, tz=log_zone)
         self._http = httpx.Client(timeout=timeout_s)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ray-logs")
         self._nodes: dict[str, _Node] = {}
@@ -240,7 +257,8 @@ class RayLogsCollector:
         if node is None or not node.agent_port:
             return _ReadResult(file, error="node has no agent port")
         key = f"ray:{file.node_id}:{file.name}"
-        state = self.offsets.get(key) or _fresh()
+        saved = self.offsets.get(key)
+        state = saved or _fresh(first_sight=True)
         url = f"http://{node.ip}:{node.agent_port}/logs/{quote(file.name)}"
         try:
             for _ in range(2):  # a second pass only after finding the file rotated or truncated
@@ -255,6 +273,7 @@ class RayLogsCollector:
     def _read_range(self, url: str, file: _File, state: dict[str, Any]) -> _ReadResult | None:
         offset = int(state["offset"])
         tail = bytes.fromhex(state.get("tail", ""))
+        backlog_end, backlog = state.get("backlog"), 0
         start = offset - len(tail)
         headers = {"Range": f"bytes={start}-{offset + self.file_budget_bytes - 1}"}
         splitter = LineSplitter(
@@ -273,9 +292,15 @@ class RayLogsCollector:
                     logger.info("Ray log {} on node {} was truncated; reading it from the start", file.name,
                                 file.node_id)
                     return None
+                if state.get("backlog") == -1:  # empty at first sight: no backlog, all it will hold is news
+                    state = {k: v for k, v in state.items() if k != "backlog"}
                 return _ReadResult(file, state=state)
             response.raise_for_status()
             skip = start if response.status_code == 200 else 0  # a server that ignores Range sends it all
+            if backlog_end == -1:  # first sight: the backlog is what the file holds now
+                total = _total_size(response.headers.get("content-range", ""))
+                backlog_end = total if total is not None else int(response.headers.get("content-length") or 0)
+            modified_at = _http_date(response.headers.get("last-modified"))
             check = bytearray()
             for chunk in response.iter_bytes(chunk_size=64 * 1024):
                 if skip:
@@ -290,7 +315,12 @@ class RayLogsCollector:
                                     file.name, file.node_id)
                         return None
                 if chunk:
-                    lines += splitter.feed(chunk)
+                    # to a chunk's precision, as collectors.logs: what began before the backlog's end is backlog
+                    in_backlog = backlog_end is not None and offset + splitter.consumed + splitter.pending < backlog_end
+                    fed = splitter.feed(chunk)
+                    if in_backlog:  # so backlog lines are a prefix: past the backlog's end, no chunk is again
+                        backlog += len(fed)
+                    lines += fed
                     recent += chunk
                     seen += len(chunk)
                     if len(recent) > keep:
@@ -300,8 +330,11 @@ class RayLogsCollector:
         end = len(tail) + splitter.consumed - (seen - len(recent))  # the new offset, as an index in `recent`
         new_tail = bytes(recent[max(0, end - TAIL_CHECK_BYTES) : end])
         state = dict(state, offset=offset + splitter.consumed, line=splitter.line_no, skipping=splitter.skipping,
-                     tail=new_tail.hex())
-        return _ReadResult(file, lines=lines, state=state)
+                     tail=new_tail.hex(), backlog=backlog_end)
+        if backlog_end is None or state["offset"] >= backlog_end:
+            state.pop("backlog", None)
+            state.pop("backlog_at", None)
+        return _ReadResult(file, lines=lines, backlog=backlog, modified_at=modified_at, state=state)
 
     # -- turning reads into signals -----------------------------------------------------------------
 
@@ -316,6 +349,13 @@ class RayLogsCollector:
             logger.debug("reading Ray log {} on node {} failed: {}", file.name, file.node_id, result.error)
             self._back_off(file, now)
             return []
+        ages: list[dict[str, Any]] = []
+        if result.backlog and result.state is not None:
+            ages, last = self.history.mark([text for _, text, _ in result.lines[: result.backlog]],
+                                           modified_at=result.modified_at,
+                                           carried=saved_time(result.state.get("backlog_at")))
+            if "backlog" in result.state:
+                result.state["backlog_at"] = last.isoformat() if last else None
         if result.state is not None:
             self.offsets.set(key, result.state)
         if not result.lines:
@@ -335,9 +375,9 @@ class RayLogsCollector:
                 observed_at=stamp,
                 text=text,
                 line=line_no,
-                attrs={**attrs, keys.TRUNCATED: cut},
+                attrs={**attrs, keys.TRUNCATED: cut, **(ages[n] if n < len(ages) else {})},
             )
-            for line_no, text, cut in result.lines
+            for n, (line_no, text, cut) in enumerate(result.lines)
         ]
 
     def _back_off(self, file: _File, now: float) -> None:
@@ -355,8 +395,22 @@ class RayLogsCollector:
         return Subject(kind=SubjectKind.NODE, id=file.node_id, name=ip)
 
 
-def _fresh() -> dict[str, Any]:
-    return {"offset": 0, "line": 0, "skipping": False, "tail": ""}
+def _fresh(*, first_sight: bool = False) -> dict[str, Any]:
+    """The state of a file read from 0; on its first sight, its backlog's end is learnt from the first answer."""
+    state: dict[str, Any] = {"offset": 0, "line": 0, "skipping": False, "tail": ""}
+    if first_sight:
+        state["backlog"] = -1
+    return state
+
+
+def _http_date(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 
 def _total_size(content_range: str) -> int | None:

@@ -38,6 +38,10 @@ class Settings(BaseSettings):
 
     # the loop
     poll_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    history_window_s: float = Field(
+        default=900.0, gt=0, description="a line found in a log Argus reads for the first time, written longer "
+        "ago than this, is history and opens no incident (lost nodes and failed jobs have their own lookback)"
+    )
     lost_node_lookback_s: float = Field(
         default=3600.0, ge=0, description="a node that died longer ago than this at start is history"
     )

@@ -23,6 +23,9 @@ MODEL_NAME: Final = "model_name"
 STREAM: Final = "stream"  # which rules apply: "job-logs", "raylet", ... (detectors/rules/*.yaml `source`)
 FILE: Final = "file"
 TRUNCATED: Final = "truncated"  # the line was cut at core.limits.MAX_LINE_BYTES
+# Only on lines read from a file's first sight (the backlog Argus found, not lines written while it watched):
+LINE_TIME: Final = "line_time"  # when the line was written (its own stamp, else the file's mtime), ISO 8601
+HISTORY: Final = "history"  # True: written longer than Settings.history_window_s before it was read; no news
 
 # -- where: nodes and jobs ------------------------------------------------------------------------------------
 NODE_ID: Final = "node_id"  # Ray's node id

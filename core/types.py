@@ -149,6 +149,9 @@ class Recovery(_Model):
     reason: str
     detector: str
     observed_at: datetime = Field(default_factory=utcnow)
+    # The severity the incident keeps once closed, when how it ended shows the fault mattered less than feared
+    # (an error line in a job that went on to succeed is a warning); None keeps the incident's own.
+    severity: Severity | None = None
 
 
 # The incident attrs the store keeps about a fault that came back after its incident was resolved (flapping):

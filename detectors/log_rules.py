@@ -12,9 +12,18 @@ rule set's combined prefilter, so a line that matches nothing costs one regex se
 - Evidence: the matching line (source, line number, time) after the lines just before it in the same
   file, and earlier temporary matches; each line cut to `evidence_chars`.
 
+- History is not news: a line the collector marked as history (`attrs["history"]`: read from a file's backlog
+  and written longer ago than the history window) opens nothing and is no temporary event; it stays as context
+  for the lines after it. Lines carry their own time (`attrs["line_time"]`) where the collector dated them: that
+  is the time the finding and its evidence quote.
+- An error that did not end its job is a warning: when a job's state turns SUCCEEDED, the findings its own log
+  lines opened end as recoveries (`recoveries()`) that close their incidents at severity warning, naming the
+  line. An error line of a job already SUCCEEDED when it is read is filed at warning and closed the same way.
+
 State is bounded: a few lines of context per file for the most recent `max_sources` files, a few
-temporary matches for the most recent `max_subjects` subjects, and the reported (subject, category)
-pairs for the most recent `max_reported`.
+temporary matches for the most recent `max_subjects` subjects, the last status and the reported findings of
+the most recent `max_subjects` jobs, and the reported (subject, category) pairs for the most recent
+`max_reported`.
 """
 
 from __future__ import annotations
@@ -26,8 +35,22 @@ from datetime import datetime
 from typing import Any
 
 from core import signal_keys as keys
-from core.types import Category, Evidence, Finding, Signal, SignalKind, Subject, SubjectKind, utcnow
+from core.types import (
+    Category,
+    Evidence,
+    Finding,
+    Recovery,
+    Severity,
+    Signal,
+    SignalKind,
+    Subject,
+    SubjectKind,
+    utcnow,
+)
 from detectors.engine import ANY_SOURCE, LogRule, RuleSet
+from detectors.timestamps import parse_iso
+
+SUCCEEDED = "SUCCEEDED"  # Ray's JobStatus for a job whose entrypoint exited 0
 
 
 class _Lru(OrderedDict):
@@ -70,6 +93,9 @@ class LogRuleDetector:
         self._context: _Lru = _Lru(max_sources)  # source -> deque of recent signals
         self._temporary: _Lru = _Lru(max_subjects)  # subject key -> deque of (rule, signal)
         self._reported: _Lru = _Lru(max_reported)  # (subject key, category) -> True
+        self._status: _Lru = _Lru(max_subjects)  # job id -> its last status, from JOB_STATE
+        self._by_job: _Lru = _Lru(max_subjects)  # job id -> [finding] reported from its own lines, still open
+        self._recovered: list[Recovery] = []
 
     def _rules_for(self, stream: str) -> RuleSet:
         rules = self._by_stream.get(stream)
@@ -80,16 +106,63 @@ class LogRuleDetector:
     def detect(self, signals: Sequence[Signal]) -> list[Finding]:
         findings: list[Finding] = []
         for signal in signals:
+            if signal.kind is SignalKind.JOB_STATE and signal.subject.kind is SubjectKind.JOB:
+                self._on_job_state(signal)
+                continue
             if signal.kind is not SignalKind.LOG_LINE or not signal.text:
                 continue
             context = self._context.touch(signal.source, lambda: deque(maxlen=self.context_lines))
-            matched = self._rules_for(str(signal.attrs.get(keys.STREAM) or ANY_SOURCE)).match(signal.text)
-            if matched:
-                finding = self._on_match(signal, matched, tuple(context))
-                if finding is not None:
-                    findings.append(finding)
+            if not signal.attrs.get(keys.HISTORY):
+                matched = self._rules_for(str(signal.attrs.get(keys.STREAM) or ANY_SOURCE)).match(signal.text)
+                if matched:
+                    finding = self._on_match(signal, matched, tuple(context))
+                    if finding is not None:
+                        findings.append(self._judged_by_outcome(finding))
             context.append(signal)
         return findings
+
+    def recoveries(self) -> list[Recovery]:
+        """Findings of jobs that SUCCEEDED since the last call, to close at warning (the second verb: core.ports)."""
+        done, self._recovered = self._recovered, []
+        return done
+
+    # -- a job's outcome ---------------------------------------------------------------------------------------
+
+    def _on_job_state(self, signal: Signal) -> None:
+        job_id = signal.subject.id
+        status = str(signal.attrs.get(keys.STATUS) or "")
+        self._status.touch(job_id, lambda: status)
+        self._status[job_id] = status
+        if status == SUCCEEDED:
+            for finding in self._by_job.pop(job_id, None) or ():
+                self._recover(finding, job_id)
+
+    def _judged_by_outcome(self, finding: Finding) -> Finding:
+        """Keep a job's finding to close when the job succeeds; one already SUCCEEDED is a warning, closed now."""
+        if finding.subject.kind is not SubjectKind.JOB:
+            return finding
+        job_id = finding.subject.id
+        if self._status.get(job_id) != SUCCEEDED:
+            self._by_job.touch(job_id, list).append(finding)
+            return finding
+        if finding.severity.rank > Severity.WARNING.rank:
+            finding = finding.model_copy(update={
+                "severity": Severity.WARNING,
+                "summary": f"{finding.summary} (job {job_id} went on to succeed: a warning)",
+            })
+        self._recover(finding, job_id)
+        return finding
+
+    def _recover(self, finding: Finding, job_id: str) -> None:
+        where = f"{finding.attrs.get('file')}:{finding.attrs.get('line')}"
+        self._recovered.append(Recovery(
+            fingerprint=finding.fingerprint,
+            reason=f"job {job_id} SUCCEEDED: the error at {where} did not end it",
+            detector=self.name,
+            observed_at=self._clock(),
+            severity=min(finding.severity, Severity.WARNING, key=lambda s: s.rank),
+        ))
+        self._reported.pop((finding.subject.key(), finding.category), None)  # a new run's fault is news again
 
     def _on_match(self, signal: Signal, matched: list[LogRule], context: tuple[Signal, ...]) -> Finding | None:
         permanent = [r for r in matched if r.permanent]
@@ -113,7 +186,7 @@ class LogRuleDetector:
             text = text[: self.evidence_chars] + " [...]"
         if signal.attrs.get(keys.TRUNCATED):
             text += " [line truncated]"
-        return Evidence(source=signal.source, text=note + text, line=signal.line, at=signal.observed_at)
+        return Evidence(source=signal.source, text=note + text, line=signal.line, at=_written_at(signal))
 
     def _finding(
         self,
@@ -137,7 +210,7 @@ class LogRuleDetector:
             severity=rule.severity,
             confidence=rule.confidence,
             evidence=tuple(evidence),
-            first_seen=signal.observed_at,
+            first_seen=_written_at(signal),
             detected_at=self._clock(),
             recommended_action=rule.action,
             attrs={
@@ -151,6 +224,11 @@ class LogRuleDetector:
                 "temporary_before": [r.reason for r, _ in earlier],
             },
         )
+
+
+def _written_at(signal: Signal) -> datetime:
+    """When the line was written: the time the collector read from it (a backlog line), else when it was read."""
+    return parse_iso(signal.attrs.get(keys.LINE_TIME)) or signal.observed_at
 
 
 # Ray node ids are 28 bytes, written as 56 hex digits ("node_id=...", "node id: ...", "for node ...").

@@ -21,6 +21,13 @@ The interval of a counter is the larger of the median of its recent per-step gap
 job whose steps slow down gradually raises its own threshold with each step that still arrives. Lines
 read in one poll share one time, so a batch of k new steps after a gap g counts as k gaps of g/k.
 
+Lines from a log's backlog (what a file held when Argus first saw it) carry the time they were written
+(`attrs["line_time"]`, set by the collector); they count as progress at that time, not at the moment they were
+read, so a burst of old step lines read at start teaches the job's real rhythm and is no fresh progress. Their
+times come from the cluster's clocks and stamps, so they never call a stall on their own: a job whose backlog
+shows it silent for hours is called stalled only if nothing moves for its usual threshold after Argus first
+read it (as after a restart), and a stamp read in the wrong zone costs no false alarm.
+
 A job is judged only while its last JOB_STATE says RUNNING and only once a log line of it was seen (a job
 whose logs are not collected has no rhythm to lose). The detector returns the finding on every call while
 the stall lasts; progress ends the episode as a recovery (`recoveries()`, read by the loop after each tick,
@@ -66,6 +73,7 @@ from core.types import (
 from detectors.memory import SavedState, StateUnreadable
 from detectors.resubmissions import JobRuns
 from detectors.stall_state import MAX_COUNTERS, ProgressCounter, WatchedJob, recalled, remembered
+from detectors.timestamps import parse_iso
 
 REASON = "TrainingStalled"
 LOG_GROWTH = "log-growth"
@@ -274,7 +282,11 @@ class StallDetector:
     def _on_line(self, job: WatchedJob, signal: Signal) -> None:
         text = (signal.text or "")[:_MATCH_CHARS]
         at = signal.observed_at
-        job.seen_at = max(job.seen_at or at, at)
+        written = parse_iso(signal.attrs.get(keys.LINE_TIME))
+        if written is not None:  # a backlog line: progress when it was written, never later than it was read
+            at = min(written, at)
+            job.watch_from = job.watch_from or signal.observed_at
+        job.seen_at = max(job.seen_at or signal.observed_at, signal.observed_at)
         self._changed.add(job.subject.id)
         _advance(job.log, at, signal, value=None)
         for pattern in self.patterns:
@@ -344,6 +356,7 @@ class StallDetector:
             job.gpu_last.clear()
             job.gpu_samples.clear()
             job.gpu_activity_at = None
+            job.watch_from = None
             return []
         verdict = self._verdict(job, now)
         if verdict is not None and not verdict.stalled and job.episode is not None:
@@ -386,6 +399,8 @@ class StallDetector:
         stall_at, threshold, governing = max(due, key=lambda d: d[0])
         if job.gpu_activity_at is not None:
             stall_at = max(stall_at, job.gpu_activity_at + timedelta(seconds=threshold))
+        if job.watch_from is not None:
+            stall_at = max(stall_at, job.watch_from + timedelta(seconds=threshold))
         latest = max(counters, key=lambda c: c.last_at or now)
         assert latest.last_at is not None
         return _Verdict(

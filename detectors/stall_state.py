@@ -68,6 +68,7 @@ class WatchedJob:
     gpu_activity_at: datetime | None = None
     gpu_samples: dict[str, Signal] = field(default_factory=dict)
     episode: str | None = None  # fingerprint of the stall being reported
+    watch_from: datetime | None = None  # when Argus first read this job's backlog: no stall before a threshold more
 
 
 def remembered(job: WatchedJob) -> dict[str, Any] | None:
@@ -80,6 +81,7 @@ def remembered(job: WatchedJob) -> dict[str, Any] | None:
         "status": "RUNNING",
         "episode": job.episode,
         "gpu_activity_at": _iso(job.gpu_activity_at),
+        "watch_from": _iso(job.watch_from),
         "log": _counter_out(job.log),
         "counters": [[name, label, _counter_out(c)] for (name, label), c in job.counters.items()],
     }
@@ -100,6 +102,7 @@ def recalled(key: str, value: dict[str, Any], now: datetime) -> WatchedJob:
     job = WatchedJob(subject=subject, seen_at=now)
     job.episode = read_optional_str(value.get("episode"), "episode")
     job.gpu_activity_at = read_optional_time(value.get("gpu_activity_at"), "gpu_activity_at")
+    job.watch_from = read_optional_time(value.get("watch_from"), "watch_from")
     job.log = _counter_in(value.get("log"), subject, "log")
     if job.log.last_at is None:
         raise StateUnreadable("no line of it was seen")

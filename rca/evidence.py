@@ -20,12 +20,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from core.line_time import times_of
 from core.names import label_of
 from core.types import Finding, Incident
 from detectors.engine import RuleMatch, RuleSet
 from detectors.stall import DEFAULT_PATTERNS as PROGRESS_PATTERNS
 from rca.classify import Classification, classify, classify_logs, clip_text
-from rca.line_time import times_of
 from rca.redact import Redactor
 
 CHARS_PER_TOKEN = 4

@@ -24,7 +24,7 @@ from loguru import logger
 from argus.incidents.bus import EventBus
 from argus.incidents.correlate import Correlator
 from argus.incidents.events import IncidentEvent
-from core.types import Action, Finding, Incident, IncidentState, Recovery, Report
+from core.types import Action, Finding, Incident, IncidentState, Recovery, Report, Severity
 
 
 class IncidentStore(Protocol):
@@ -42,6 +42,9 @@ class IncidentStore(Protocol):
     def find_open(self, fingerprint: str) -> Incident | None: ...  # pragma: no cover
 
     def set_state(self, incident_id: str, state: IncidentState | str) -> Incident: ...  # pragma: no cover
+
+    def set_severity(self, incident_id: str, severity: Severity | str, *,
+                     reason: str) -> Incident: ...  # pragma: no cover
 
     def get_incident(self, incident_id: str) -> Incident: ...  # pragma: no cover
 
@@ -120,20 +123,29 @@ class IncidentDesk:
 
     def recover(self, recovery: Recovery) -> Incident | None:
         """Resolve the open incident of a fault its detector saw end (announced with the reason); None when no
-        incident with that fingerprint is open (it was an echo filed elsewhere, or a person resolved it)."""
+        incident with that fingerprint is open (it was an echo filed elsewhere, or a person resolved it). A
+        recovery with a lower severity than the incident's lowers it first (recorded), and the resolve event
+        says what it was."""
         incident = self.store.find_open(recovery.fingerprint)
         if incident is None:
             return None
-        return self.resolve(incident.id, by=f"argus:{recovery.detector}", reason=recovery.reason)
+        was = None
+        if recovery.severity is not None and recovery.severity.rank < incident.severity.rank:
+            self.store.set_severity(incident.id, recovery.severity, reason=recovery.reason)
+            was = incident.severity
+        return self.set_state(incident.id, IncidentState.RESOLVED, by=f"argus:{recovery.detector}",
+                              reason=recovery.reason, severity_was=was)
 
-    def set_state(self, incident_id: str, state: IncidentState, *, by: str, reason: str = "") -> Incident:
-        """Move the incident to `state`; subscribers hear of it when its state really changed."""
+    def set_state(self, incident_id: str, state: IncidentState, *, by: str, reason: str = "",
+                  severity_was: Severity | None = None) -> Incident:
+        """Move the incident to `state`; subscribers hear of it when its state really changed. `severity_was`:
+        the severity it had before this change lowered it, for the event's record."""
         before = self.store.get_incident(incident_id)
         changed = self.store.set_state(incident_id, state)
         if before.state is not changed.state:
             logger.bind(incident=incident_id).info("incident {} by {}{}", changed.state.value, by,
                                                    f": {reason}" if reason else "")
-            self.events.publish(IncidentEvent.state_changed(changed, by=by, reason=reason))
+            self.events.publish(IncidentEvent.state_changed(changed, by=by, reason=reason, severity_was=severity_was))
         return changed
 
     # -- announcing what others produced --------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from core.types import Action, Finding, Incident, IncidentState, Report
+from core.types import Action, Finding, Incident, IncidentState, Report, Severity
 
 
 class EventKind(str, Enum):
@@ -41,10 +41,13 @@ class IncidentEvent:
         return cls(EventKind.OPENED, incident, finding=finding)
 
     @classmethod
-    def state_changed(cls, incident: Incident, *, by: str = "", reason: str = "") -> IncidentEvent:
-        """RESOLVED when the incident now is, UPDATED otherwise (mitigating, reopened, severity)."""
+    def state_changed(cls, incident: Incident, *, by: str = "", reason: str = "",
+                      severity_was: Severity | None = None) -> IncidentEvent:
+        """RESOLVED when the incident now is, UPDATED otherwise (mitigating, reopened, severity). `severity_was`:
+        the severity the same change lowered (the incident carries the new one)."""
         kind = EventKind.RESOLVED if incident.state is IncidentState.RESOLVED else EventKind.UPDATED
-        detail = {k: v for k, v in (("by", by), ("reason", reason)) if v}
+        was = severity_was.value if severity_was is not None else ""
+        detail = {k: v for k, v in (("by", by), ("reason", reason), ("severity_was", was)) if v}
         return cls(kind, incident, detail=detail)
 
     @classmethod

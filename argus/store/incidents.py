@@ -33,6 +33,8 @@ from core.types import (
 )
 
 MAX_FINDINGS_PER_INCIDENT = 50
+# An incident keeps this many of its severity changes (the newest) in attrs["severity_changes"].
+_SEVERITY_CHANGES_KEPT = 10
 # An incident names at most this many fingerprints it absorbed as echoes (the newest).
 _ECHOES_KEPT = 50
 
@@ -224,6 +226,21 @@ class IncidentRepository:
             row.state = new.value
             row.resolved_at = self._clock() if new is IncidentState.RESOLVED else None
             logger.info("incident {} is now {}", incident_id, new.value)
+            return saved(s, row).to_domain()
+
+    def set_severity(self, incident_id: str, severity: Severity | str, *, reason: str) -> Incident:
+        """Set an incident's severity, recording the change (from, to, why, when) in attrs["severity_changes"]: how
+        a fault ended can show it mattered less than the finding that opened it claimed."""
+        new = parse_enum(Severity, severity, "severity")
+        with transaction(self._engine, "changing an incident's severity") as s:
+            row = incident_row(s, incident_id, for_update=True)
+            if row.severity == new.value:
+                return row.to_domain()
+            change = {"from": row.severity, "to": new.value, "reason": reason[:500], "at": self._clock().isoformat()}
+            changes = [*dict(row.attrs or {}).get("severity_changes", []), change][-_SEVERITY_CHANGES_KEPT:]
+            row.attrs = {**(row.attrs or {}), "severity_changes": changes}
+            row.severity = new.value
+            logger.info("incident {} severity {} -> {}: {}", incident_id, change["from"], new.value, reason)
             return saved(s, row).to_domain()
 
     def list(

@@ -32,7 +32,7 @@ from argus.store.reports import ReportRepository
 from argus.store.repository import MAX_LIST_LIMIT, new_id
 from argus.store.tokens import AuditRecord, Role, TokenRecord
 from core.errors import StoreError
-from core.types import Action, ActionState, Category, Finding, Incident, IncidentState, Report, utcnow
+from core.types import Action, ActionState, Category, Finding, Incident, IncidentState, Report, Severity, utcnow
 
 __all__ = ["MAX_FINDINGS_PER_INCIDENT", "MAX_LIST_LIMIT", "DeliveryRecord", "Store", "new_id"]
 
@@ -138,6 +138,10 @@ class Store:
     def set_state(self, incident_id: str, state: IncidentState | str) -> Incident:
         """Move an incident to `state`. Resolving stamps resolved_at; reopening clears it."""
         return self.incidents.set_state(incident_id, state)
+
+    def set_severity(self, incident_id: str, severity: Severity | str, *, reason: str) -> Incident:
+        """Set an incident's severity, recording from, to, why and when in its attrs["severity_changes"]."""
+        return self.incidents.set_severity(incident_id, severity, reason=reason)
 
     # ---- actions (ActionRepository) -----------------------------------------------------------------
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from core.line_time import line_time, times_of
 from core.types import Category, Finding, Incident
 from detectors.engine import load_rules
 from rca.evidence import EvidenceBuilder, LogSource, read_tail, tokens
-from rca.line_time import line_time, times_of
 from rca.redact import Redactor
 from tests.support import job, make_finding, make_incident
 
