@@ -22,8 +22,9 @@ blame a job for GPUs that may not be its own). A GPU with no fresh sample is unk
 with fewer sampled GPUs than Ray advertises is unknown.
 
 Episodes: the window starts at the first poll that saw the job idle; any busy poll ends the episode, as
-does the job leaving RUNNING or releasing its GPUs. One finding per episode, fingerprinted by job and
-episode start, so a later idle episode is a new incident. A poll without placement (Ray unreachable)
+does the job leaving RUNNING or releasing its GPUs. One finding per episode, fingerprinted by the job alone, so a
+later idle episode of the same job is the same fault coming back: the desk reopens its incident within
+reopen_window_s, and opens a new one after that. A poll without placement (Ray unreachable)
 changes nothing; a poll where the job's GPUs are unknown restarts a not-yet-reported window and keeps a
 reported episode open (a scrape gap is not a new episode). Across an Argus restart, with a `memory`
 (core.ports.DetectorMemory), episodes carry on: a job idle for 8 minutes of a 10-minute window before the
@@ -37,9 +38,9 @@ GPU 2"; on a shared node that GPU may be a neighbour's, as for flagging, and the
 leaving RUNNING or holding no GPUs in a placement snapshot ("job raysubmit_x released its GPUs (STOPPED)"). A
 job that left RUNNING while a detached actor keeps its GPUs ends the episode (the detector judges RUNNING jobs)
 but is no recovery: the GPUs are still held, so the incident stays open for a person.
-One busy poll is enough because it already ends the episode, and a later idle stretch is a new episode with a
-new fingerprint that must last a whole window again, so a job hovering at the threshold cannot open and close
-an incident every poll. No recovery without data: a poll without placement, or with the job's GPUs unknown
+One busy poll is enough because it already ends the episode, and a later idle stretch is a new episode that must
+last a whole window again before it is claimed, so a job hovering at the threshold cannot reopen an incident
+every poll. No recovery without data: a poll without placement, or with the job's GPUs unknown
 (no fresh samples), ends nothing. An episode reported before a restart is claimed after it only with a memory.
 
 One module past 400 lines on purpose: matching samples to nodes, the per-node verdict and the episodes are one
@@ -379,7 +380,6 @@ class IdleGpuDetector:
                 )
             )
         subject = Subject(kind=SubjectKind.JOB, id=key, name=job.subject.name)
-        episode_key = f"idle-since:{episode.idle_since.isoformat(timespec='seconds')}"
         return Finding(
             category=Category.IDLE_GPU,
             reason="JobGpusIdle",
@@ -394,7 +394,7 @@ class IdleGpuDetector:
                 f"Ask {owner or 'the job owner'} whether job {key} still does useful work; if not, stop it "
                 f"(`ray job stop {key}`) so its GPUs return to the pool."
             ),
-            fingerprint=fingerprint_of(Category.IDLE_GPU, subject, episode_key),
+            fingerprint=fingerprint_of(Category.IDLE_GPU, subject),
             attrs={
                 keys.JOB_ID: attrs.get(keys.JOB_ID),
                 keys.SUBMISSION_ID: attrs.get(keys.SUBMISSION_ID),

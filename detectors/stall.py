@@ -33,7 +33,8 @@ whose logs are not collected has no rhythm to lose). The detector returns the fi
 the stall lasts; progress ends the episode as a recovery (`recoveries()`, read by the loop after each tick,
 closes the incident). A job that leaves RUNNING while hung also ends the episode, but that is no recovery: its
 incident stays open until a resubmission of it reaches RUNNING (detectors/resubmissions.py), or for a person.
-The fingerprint names the job and the last progress line, so one stall is one incident across restarts.
+The fingerprint names the job, so one stall is one incident across restarts, and a job that hangs again soon after
+it resumed reopens that incident (the desk's reopen_window_s) instead of opening another.
 
 Restarts: with a `memory` (core.ports.DetectorMemory), each job's rhythm (detectors/stall_state.py) is saved after
 every tick in which it changed and loaded at construction, so a job already hung when Argus restarts is found
@@ -429,8 +430,6 @@ class StallDetector:
     def _finding(self, job: WatchedJob, v: _Verdict, now: datetime) -> Finding:
         stalled_s = (now - v.last_at).total_seconds()
         line = v.last_line
-        where = f"{line.source}:{line.line}" if line is not None and line.line is not None else ""
-        anchor = where or (line.text or "" if line is not None else "") + f"@{v.last_at.isoformat()}"
         what = "step line" if v.mode == "steps" else "log line"
         rhythm = (
             f"its step interval is about {v.interval:.1f} s" if v.interval is not None
@@ -483,7 +482,9 @@ class StallDetector:
             first_seen=v.last_at,
             detected_at=now,
             recommended_action=ACTION,
-            fingerprint=fingerprint_of(Category.NCCL_HANG, job.subject, f"stall:{anchor}"),
+            # One fingerprint per job: the same job hung again after it resumed is the same fault coming back, which
+            # the desk reopens (reopen_window_s) instead of opening another incident.
+            fingerprint=fingerprint_of(Category.NCCL_HANG, job.subject, "stall"),
             attrs={
                 "submission_id": job.subject.id,
                 "mode": v.mode,
