@@ -141,6 +141,7 @@ def incidents_show(
         f"[bold]{incident.id}[/] {incident.state.value} [bold red]{incident.category.value}[/] "
         f"({incident.severity.value}), seen {incident.occurrences}x"
         + (f", reopened {incident.reopened}x" if incident.reopened else "")
+        + (f", resolved {incident.resolution}" if incident.resolution else "")
     )
     out.print(Text(f"subject: {label_of(incident)} (id {incident.subject.id})"))
     if (entrypoint := entrypoint_of(incident)) is not None:

@@ -160,6 +160,9 @@ class Recovery(_Model):
 REOPENED = "reopened"
 REOPENED_AT = "reopened_at"
 RESOLVED_BEFORE = "resolved_before"
+# The attrs of a resolved incident that say who resolved it and why ({by, reason, at}): a person, Alertmanager, or
+# the detector that saw the fault end, with its reason ("progress resumed at step 120"). Cleared when it reopens.
+RESOLUTION = "resolution"
 
 
 class Incident(_Model):
@@ -186,6 +189,16 @@ class Incident(_Model):
         """How many times the fault came back after the incident was resolved (0: never)."""
         count = self.attrs.get(REOPENED, 0)
         return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+    @property
+    def resolution(self) -> str | None:
+        """"by argus:stall: progress resumed at step 120" for a resolved incident whose resolution is recorded."""
+        record = self.attrs.get(RESOLUTION) if self.state is IncidentState.RESOLVED else None
+        if not isinstance(record, dict):
+            return None
+        by, reason = str(record.get("by") or ""), str(record.get("reason") or "")
+        text = f"by {by}" if by else ""
+        return (f"{text}: {reason}" if text else reason) if reason else (text or None)
 
 
 class Action(_Model):

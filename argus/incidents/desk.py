@@ -41,7 +41,8 @@ class IncidentStore(Protocol):
 
     def find_open(self, fingerprint: str) -> Incident | None: ...  # pragma: no cover
 
-    def set_state(self, incident_id: str, state: IncidentState | str) -> Incident: ...  # pragma: no cover
+    def set_state(self, incident_id: str, state: IncidentState | str, *, by: str = "",
+                  reason: str = "") -> Incident: ...  # pragma: no cover
 
     def set_severity(self, incident_id: str, severity: Severity | str, *,
                      reason: str) -> Incident: ...  # pragma: no cover
@@ -141,7 +142,7 @@ class IncidentDesk:
         """Move the incident to `state`; subscribers hear of it when its state really changed. `severity_was`:
         the severity it had before this change lowered it, for the event's record."""
         before = self.store.get_incident(incident_id)
-        changed = self.store.set_state(incident_id, state)
+        changed = self.store.set_state(incident_id, state, by=by, reason=reason)
         if before.state is not changed.state:
             logger.bind(incident=incident_id).info("incident {} by {}{}", changed.state.value, by,
                                                    f": {reason}" if reason else "")

@@ -64,6 +64,8 @@ class DingTalkChannel(Channel):
             parts.append("> " + escape_lite(cut(m.summary, scaled(2000, scale))))
         if m.report_summary and scale > 0:
             parts.append("**Root cause**: " + escape_lite(cut(m.report_summary, scaled(1000, scale))))
+        if m.resolution:
+            parts.append("**Resolved** " + escape_lite(cut(m.resolution, scaled(600, scale) or 160)))
         parts += markdown_actions(m, 300)
         return "\n\n".join(parts)
 

@@ -72,6 +72,8 @@ class FeishuChannel(Channel):
             elements.append(_text(cut(m.summary, scaled(2000, scale))))
         if m.report_summary and scale > 0:
             elements += [_markdown("**Root cause**"), _text(cut(m.report_summary, scaled(1000, scale)))]
+        if m.resolution:
+            elements += [_markdown("**Resolved**"), _text(cut(m.resolution, scaled(600, scale) or 160))]
         for a in m.approvals[:MAX_APPROVALS]:
             elements.append(_text(cut(f"Proposed: {a.kind} on {a.target} ({a.action_id})", 300)))
             elements += [_button("Approve", a.approve_url, "primary"), _button("Reject", a.reject_url, "danger")]

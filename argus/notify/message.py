@@ -102,6 +102,7 @@ class Message:
     incident_url: str | None
     report_url: str | None
     report_summary: str | None = None
+    resolution: str | None = None  # a resolved incident's who and why ("by argus:stall: progress resumed")
     approvals: tuple[ApprovalLink, ...] = ()
     occurrences: int = 1
     reopened: int = 0  # times the fault came back after the incident was resolved
@@ -207,6 +208,7 @@ def build_message(
         incident_url=incident_url,
         report_url=report_url,  # before the report exists the API answers "not yet, retry": still the place
         report_summary=untrusted(report.summary, REPORT_SUMMARY_MAX) if report is not None else None,
+        resolution=untrusted(incident.resolution, REPORT_SUMMARY_MAX) or None,
         approvals=tuple(_safe_approval(a) for a in approvals or () if _http(a.approve_url) and _http(a.reject_url)),
         occurrences=incident.occurrences,
         reopened=incident.reopened,

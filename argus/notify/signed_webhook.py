@@ -48,6 +48,8 @@ class SignedWebhookChannel(Channel):
                 body["incident"]["attrs"] = {"omitted": "too large for a notification; GET the incident instead"}
         if m.report_summary:
             body["report_summary"] = m.report_summary
+        if m.resolution:
+            body["resolution"] = m.resolution
         if m.approvals:
             body["approvals"] = [{"action_id": a.action_id, "kind": a.kind, "target": a.target,
                                   "approve": a.approve_url, "reject": a.reject_url} for a in m.approvals]

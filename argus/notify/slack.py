@@ -81,6 +81,8 @@ class SlackChannel(Channel):
             blocks.append(_section(mrkdwn(m.summary, scaled(3000, scale))))
         if m.report_summary and scale > 0:
             blocks.append(_section("*Root cause*\n" + mrkdwn(m.report_summary, scaled(2900, scale))))
+        if m.resolution:
+            blocks.append(_section("*Resolved* " + mrkdwn(m.resolution, scaled(1500, scale) or 160)))
         for i, a in enumerate(m.approvals[:MAX_APPROVALS]):
             blocks.append(_section("*Proposed*: " + mrkdwn(f"{a.kind} on {a.target} ({a.action_id})", 2900)))
             blocks += _actions(_button("Approve", a.approve_url, f"approve-{i}", "primary"),

@@ -48,6 +48,8 @@ class WeComChannel(Channel):
             lines.append(escape_lite(cut(m.summary, scaled(1500, scale))))
         if m.report_summary and scale > 0:
             lines.append("**Root cause**: " + escape_lite(cut(m.report_summary, scaled(800, scale))))
+        if m.resolution:
+            lines.append("**Resolved** " + escape_lite(cut(m.resolution, scaled(500, scale) or 160)))
         lines += markdown_actions(m, 200)
         return "\n".join(lines)
 

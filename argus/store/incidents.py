@@ -23,6 +23,7 @@ from core.errors import InputError, NotFound
 from core.types import (
     REOPENED,
     REOPENED_AT,
+    RESOLUTION,
     RESOLVED_BEFORE,
     Category,
     Finding,
@@ -38,6 +39,8 @@ _SEVERITY_CHANGES_KEPT = 10
 # An incident names at most this many fingerprints it absorbed as echoes (the newest).
 _ECHOES_KEPT = 50
 
+# A resolution's by and reason (core.types.RESOLUTION) are cut to this many characters each.
+RESOLUTION_CHARS = 500
 # What filing a finding did: opened a new incident, folded it into the open one, or reopened a resolved one.
 Recorded = Literal["opened", "folded", "reopened"]
 
@@ -140,6 +143,7 @@ class IncidentRepository:
         count = attrs.get(REOPENED, 0)
         count = (count if isinstance(count, int) and not isinstance(count, bool) else 0) + 1
         resolved = {RESOLVED_BEFORE: as_utc(row.resolved_at).isoformat()} if row.resolved_at else {}
+        attrs.pop(RESOLUTION, None)
         row.attrs = {**attrs, REOPENED: count, REOPENED_AT: self._clock().isoformat(), **resolved}
         row.state = IncidentState.OPEN.value
         row.resolved_at = None
@@ -204,8 +208,10 @@ class IncidentRepository:
             rows = s.scalars(select(FindingRow).where(FindingRow.incident_id == incident_id).order_by(FindingRow.id))
             return [row.to_domain() for row in rows]
 
-    def set_state(self, incident_id: str, state: IncidentState | str) -> Incident:
-        """Move an incident to `state`. Resolving stamps resolved_at; reopening clears it."""
+    def set_state(self, incident_id: str, state: IncidentState | str, *, by: str = "", reason: str = "") -> Incident:
+        """Move an incident to `state`. Resolving stamps resolved_at and records who resolved it and why in
+        attrs["resolution"] ({by, reason, at}: what the API, the web page, webhooks and IM show); reopening clears
+        both (the reopen count keeps the history)."""
         new = parse_enum(IncidentState, state, "state")
         with transaction(self._engine, "changing an incident's state") as s:
             row = incident_row(s, incident_id, for_update=True)
@@ -225,6 +231,11 @@ class IncidentRepository:
                     )
             row.state = new.value
             row.resolved_at = self._clock() if new is IncidentState.RESOLVED else None
+            attrs = {k: v for k, v in (row.attrs or {}).items() if k != RESOLUTION}
+            if new is IncidentState.RESOLVED:
+                attrs[RESOLUTION] = {"by": by[:RESOLUTION_CHARS], "reason": reason[:RESOLUTION_CHARS],
+                                     "at": as_utc(row.resolved_at).isoformat()}
+            row.attrs = attrs
             logger.info("incident {} is now {}", incident_id, new.value)
             return saved(s, row).to_domain()
 

@@ -135,9 +135,9 @@ class Store:
         """The findings kept for an incident, oldest first."""
         return self.incidents.findings(incident_id)
 
-    def set_state(self, incident_id: str, state: IncidentState | str) -> Incident:
-        """Move an incident to `state`. Resolving stamps resolved_at; reopening clears it."""
-        return self.incidents.set_state(incident_id, state)
+    def set_state(self, incident_id: str, state: IncidentState | str, *, by: str = "", reason: str = "") -> Incident:
+        """Move an incident to `state`. Resolving stamps resolved_at and records who and why; reopening clears it."""
+        return self.incidents.set_state(incident_id, state, by=by, reason=reason)
 
     def set_severity(self, incident_id: str, severity: Severity | str, *, reason: str) -> Incident:
         """Set an incident's severity, recording from, to, why and when in its attrs["severity_changes"]."""

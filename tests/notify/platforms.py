@@ -150,6 +150,7 @@ WEBHOOK_ONE = {
     "link": Leaf((str, type(None))),
     "report": Leaf((str, type(None))),
     "?report_summary": Leaf(),
+    "?resolution": Leaf(),
     "?approvals": ListOf({"action_id": Leaf(), "kind": Leaf(), "target": Leaf(), "approve": URL, "reject": URL}),
     "?sent_at": Leaf(int),
 }
