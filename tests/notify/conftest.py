@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from argus.notify.delivery import deliver
 from argus.notify.dispatcher import Dispatcher
 from argus.notify.registry import build_channels
 from argus.store.store import Store
@@ -109,3 +110,12 @@ def open_incident(
     incident, created = store.record_finding(finding)
     assert created
     return incident
+
+
+def send(platform: Platform, item, clock: Clock, sleeps: Sleeps, client: httpx.Client) -> dict:
+    """Deliver `item` through a channel of `platform`'s kind to its real local receiver; the body it received."""
+    config = ChannelConfig(kind=platform.kind, url=platform.url, **({"secret": platform.secret} if platform.secret
+                                                                    else {}))
+    outcome = deliver(build_channels([config])[0], item, client=client, clock=clock, sleep=sleeps)
+    assert outcome.ok, (outcome, platform.problems)
+    return platform.receiver.received[-1]["body"]

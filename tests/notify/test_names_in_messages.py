@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 
-from argus.notify.delivery import deliver
 from argus.notify.message import build_message
-from argus.notify.registry import build_channels
 from argus.store.store import Store
-from core.channels import ChannelConfig
 from core.types import Category, Finding, Report, Severity, Subject, SubjectKind
-from tests.notify.conftest import KINDS, OOM, PUBLIC_URL, Clock, Sleeps
-from tests.notify.platforms import Platform, texts
+from tests.notify.conftest import KINDS, OOM, PUBLIC_URL, send
+from tests.notify.platforms import texts
 
 SID = "pretrain-20261122T084034Z-eff5"
 ENTRY = "cd /mnt/shared/common/code/demo && /opt/venv/bin/python gloo_steps.py --steps 100000"
@@ -32,14 +28,6 @@ def named_incident(store: Store, **extra):
     incident, created = store.record_finding(finding)
     assert created
     return incident
-
-
-def send(platform: Platform, item, clock: Clock, sleeps: Sleeps, client: httpx.Client) -> dict:
-    config = ChannelConfig(kind=platform.kind, url=platform.url, **({"secret": platform.secret} if platform.secret
-                                                                    else {}))
-    outcome = deliver(build_channels([config])[0], item, client=client, clock=clock, sleep=sleeps)
-    assert outcome.ok, (outcome, platform.problems)
-    return platform.receiver.received[-1]["body"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -4,18 +4,14 @@ checking each documented format), and in the webhook; a reopened incident no lon
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
 from argus.incidents.desk import IncidentDesk
-from argus.notify.delivery import deliver
 from argus.notify.message import build_message
-from argus.notify.registry import build_channels
 from argus.store.store import Store
-from core.channels import ChannelConfig
 from core.types import RESOLUTION, Category, Finding, IncidentState, Recovery, Severity, Subject, SubjectKind
-from tests.notify.conftest import KINDS, PUBLIC_URL, Clock, Sleeps
-from tests.notify.platforms import Platform, texts
+from tests.notify.conftest import KINDS, PUBLIC_URL, send
+from tests.notify.platforms import texts
 
 SID = "pretrain-20261122T084034Z-eff5"
 WHY = "progress resumed (steps) at step 120 <@U123> *bold*"
@@ -34,14 +30,6 @@ def recovered(store: Store):
     closed = desk.recover(Recovery(fingerprint=finding.fingerprint, reason=WHY, detector="stall"))
     assert closed is not None and closed.state is IncidentState.RESOLVED
     return closed
-
-
-def send(platform: Platform, item, clock: Clock, sleeps: Sleeps, client: httpx.Client) -> dict:
-    config = ChannelConfig(kind=platform.kind, url=platform.url, **({"secret": platform.secret} if platform.secret
-                                                                    else {}))
-    outcome = deliver(build_channels([config])[0], item, client=client, clock=clock, sleep=sleeps)
-    assert outcome.ok, (outcome, platform.problems)
-    return platform.receiver.received[-1]["body"]
 
 
 def test_the_store_records_who_resolved_and_why_and_a_reopening_clears_it(store: Store) -> None:
