@@ -205,7 +205,8 @@ class Soak:
         offset = 0
         while True:
             page = self.ctx.api.get("/v1/incidents", params={"limit": 200, "offset": offset}).json()["items"]
-            items += [Incident.model_validate(i) for i in page]
+            # the API adds derived fields (the reopen count) beside the incident's own
+            items += [Incident.model_validate({k: v for k, v in i.items() if k in Incident.model_fields}) for i in page]
             if len(page) < 200:
                 return items
             offset += 200
