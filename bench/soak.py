@@ -288,8 +288,17 @@ class Soak:
         return fault
 
     def _cause_node_lost(self) -> Fault:
+        from ray.job_submission import JobSubmissionClient
+
         sid = self.training_job()
-        text = self.ctx.wait_log(sid, "RANK_NODE=", timeout=180)
+        client = JobSubmissionClient(self.cluster.dashboard_url)
+        # the whole driver log: the API's tail has long lost the first lines of a job that has run for minutes
+
+        def where() -> str | None:
+            text = client.get_job_logs(sid)
+            return text if "RANK_NODE=" in text else None
+
+        text = poll_until(f"{sid} to say where its rank runs", where, timeout=180, interval=1)
         node = next(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("RANK_NODE="))
         [worker] = [w for w in self.cluster.workers if w.node_id == node]
         at = self.cluster.kill_worker(worker.index)
@@ -406,13 +415,13 @@ class Soak:
 KINDS = ("hung_rank", "cuda_oom", "xid", "idle_gpus", "host_oom", "node_lost")
 
 
-def schedule(rng: random.Random) -> Callable[[], str]:
+def schedule(rng: random.Random, kinds: tuple[str, ...] = KINDS) -> Callable[[], str]:
     """Every class once in a shuffled round, round after round: all six come up in a long enough soak."""
     queue: list[str] = []
 
     def next_kind() -> str:
         if not queue:
-            queue.extend(rng.sample(KINDS, len(KINDS)))
+            queue.extend(rng.sample(kinds, len(kinds)))
         return queue.pop(0)
 
     return next_kind
@@ -440,10 +449,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None, help="the random pauses and order (default: random)")
     parser.add_argument("--settle", type=float, default=120.0, help="seconds an ended fault's incidents get to close")
     parser.add_argument("--json", action="store_true", help="print only the JSON summary")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"the fault classes to cause (default: {','.join(KINDS)})")
     parser.add_argument("--work-dir", type=Path, default=None, help="where the stack lives (default: a temp dir)")
     args = parser.parse_args()
     if args.minutes < 1:
         parser.error("--minutes must be at least 1")
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    if not kinds or set(kinds) - set(KINDS):
+        parser.error(f"--kinds takes a comma-separated list of {', '.join(KINDS)}")
     from stage.localstack.process import REGISTRY, install_exit_handlers
 
     install_exit_handlers()
@@ -460,7 +473,7 @@ def main() -> int:
         soak.ctx.wait_log(soak.train_sid, "step:3 ", timeout=180)
         time.sleep(20)  # Argus reads the history and the training job's first steps: nothing should open
         rss_start = soak.rss_mib()
-        next_kind = schedule(rng)
+        next_kind = schedule(rng, kinds)
         end = soak.started_at + args.minutes * 60
         while time.time() + 60 < end:
             time.sleep(rng.uniform(5, 30))
