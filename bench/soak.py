@@ -449,7 +449,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None, help="the random pauses and order (default: random)")
     parser.add_argument("--settle", type=float, default=120.0, help="seconds an ended fault's incidents get to close")
     parser.add_argument("--json", action="store_true", help="print only the JSON summary")
-    parser.add_argument("--kinds", default=",".join(KINDS), help=f"the fault classes to cause (default: {','.join(KINDS)})")
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help=f"the fault classes to cause, comma-separated (default: {','.join(KINDS)})")
     parser.add_argument("--work-dir", type=Path, default=None, help="where the stack lives (default: a temp dir)")
     args = parser.parse_args()
     if args.minutes < 1:
