@@ -33,7 +33,7 @@ class IncidentStore(Protocol):
 
     def file_finding(
         self, finding: Finding, *, reopen_within_s: float = 0.0
-    ) -> tuple[Incident, Literal["opened", "folded", "reopened"]]: ...  # pragma: no cover
+    ) -> tuple[Incident, Literal["opened", "folded", "raised", "reopened"]]: ...  # pragma: no cover
 
     def attach_finding(self, incident_id: str, finding: Finding) -> Incident: ...  # pragma: no cover
 
@@ -102,6 +102,11 @@ class IncidentDesk:
         log = logger.bind(incident=incident.id, category=incident.category.value)
         if recorded == "folded":
             log.debug("finding folded into incident ({} occurrences)", incident.occurrences)
+            return Filed(Outcome.FOLDED, incident)
+        if recorded == "raised":  # one fault whose evidence grew worse (a disk's trend, then its floor): told once
+            reason = f"severity raised to {incident.severity.value}: {finding.summary[:300]}"
+            log.warning("incident {}", reason)
+            self.events.publish(IncidentEvent.state_changed(incident, by="argus", reason=reason))
             return Filed(Outcome.FOLDED, incident)
         # Opened or reopened, the root cause is open now: open echoes of its jobs are filed under it.
         if self.correlator is not None:

@@ -41,8 +41,9 @@ _ECHOES_KEPT = 50
 
 # A resolution's by and reason (core.types.RESOLUTION) are cut to this many characters each.
 RESOLUTION_CHARS = 500
-# What filing a finding did: opened a new incident, folded it into the open one, or reopened a resolved one.
-Recorded = Literal["opened", "folded", "reopened"]
+# What filing a finding did: opened a new incident, folded it into the open one (raised: and its severity rose, the
+# change recorded in attrs["severity_changes"]), or reopened a resolved one.
+Recorded = Literal["opened", "folded", "raised", "reopened"]
 
 
 class IncidentRepository:
@@ -116,7 +117,8 @@ class IncidentRepository:
             row.last_seen = max(row.last_seen, as_utc(finding.detected_at))
             row.first_seen = min(row.first_seen, as_utc(finding.first_seen))
             if finding.severity.rank > Severity(row.severity).rank:
-                row.severity = finding.severity.value
+                self._record_severity(row, finding.severity, f"{finding.reason}: {finding.summary}")
+                recorded = "raised" if recorded == "folded" else recorded
             if row.recommended_action is None and finding.recommended_action:
                 row.recommended_action = finding.recommended_action
             self._keep_if_new(s, row, finding, digest)
@@ -247,12 +249,15 @@ class IncidentRepository:
             row = incident_row(s, incident_id, for_update=True)
             if row.severity == new.value:
                 return row.to_domain()
-            change = {"from": row.severity, "to": new.value, "reason": reason[:500], "at": self._clock().isoformat()}
-            changes = [*dict(row.attrs or {}).get("severity_changes", []), change][-_SEVERITY_CHANGES_KEPT:]
-            row.attrs = {**(row.attrs or {}), "severity_changes": changes}
-            row.severity = new.value
-            logger.info("incident {} severity {} -> {}: {}", incident_id, change["from"], new.value, reason)
+            self._record_severity(row, new, reason)
             return saved(s, row).to_domain()
+
+    def _record_severity(self, row: IncidentRow, new: Severity, reason: str) -> None:
+        change = {"from": row.severity, "to": new.value, "reason": reason[:500], "at": self._clock().isoformat()}
+        changes = [*dict(row.attrs or {}).get("severity_changes", []), change][-_SEVERITY_CHANGES_KEPT:]
+        row.attrs = {**(row.attrs or {}), "severity_changes": changes}
+        row.severity = new.value
+        logger.info("incident {} severity {} -> {}: {}", row.id, change["from"], new.value, reason[:200])
 
     def list(
         self,

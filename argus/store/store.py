@@ -98,7 +98,8 @@ class Store:
 
     def file_finding(self, finding: Finding, *, reopen_within_s: float = 0.0) -> tuple[Incident, Recorded]:
         """Like record_finding, and an incident with its fingerprint resolved at most `reopen_within_s` ago (and
-        none open) is reopened, counted in attrs "reopened"; says whether it "opened", "folded" or "reopened"."""
+        none open) is reopened, counted in attrs "reopened"; says whether it "opened", "folded", "raised" (folded, its
+        severity higher now) or "reopened"."""
         return self.incidents.file(finding, reopen_within_s=reopen_within_s)
 
     def attach_finding(self, incident_id: str, finding: Finding) -> Incident:

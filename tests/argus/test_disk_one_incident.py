@@ -70,7 +70,13 @@ def test_trend_then_threshold_is_one_incident_whose_severity_rises(store):
         assert len(store.list_incidents(category=Category.DISK_FULL)) == 1
 
         assert desk.events.drain(10)
-        assert [e.kind for e in recorder.events] == [EventKind.OPENED, EventKind.RESOLVED]
-        assert recorder.events[1].incident.severity is Severity.CRITICAL
+        # the rise is told once, as an update with why; the resolve after it
+        assert [e.kind for e in recorder.events] == [EventKind.OPENED, EventKind.UPDATED, EventKind.RESOLVED]
+        raised = recorder.events[1]
+        assert raised.incident.severity is Severity.CRITICAL and raised.incident.state is IncidentState.OPEN
+        assert raised.detail["reason"].startswith("severity raised to critical: ")
+        assert recorder.events[2].incident.severity is Severity.CRITICAL
+        [change] = final.attrs["severity_changes"]
+        assert (change["from"], change["to"]) == ("warning", "critical") and "StorageNearlyFull" in change["reason"]
     finally:
         desk.events.close()
