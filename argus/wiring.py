@@ -162,6 +162,7 @@ def build_dispatcher(settings: Settings, store: Any, *, public_url: str | None =
         metrics.declare_channels(c.name for c in channels)
     dispatcher = Dispatcher(channels, store, public_url=public_url, timeout_s=settings.request_timeout_s,
                             renotify_interval_s=settings.renotify_interval_s,
+                            first_message_wait_s=settings.im_first_message_wait_s,
                             on_delivery=metrics.notification_delivered if metrics is not None else None)
     return dispatcher.start()
 

@@ -110,6 +110,10 @@ class Settings(BaseSettings):
         default=900.0, ge=0, description="IM messages about a reopened (flapping) incident: at most one per this "
         "long, later changes folded into the next; 0: no limit"
     )
+    im_first_message_wait_s: float = Field(
+        default=3.0, ge=0, le=60, description="a new incident's first IM message waits this long for its report and "
+        "the steps waiting for approval, and tells all three in one; 0: each is told at once"
+    )
 
     # the API
     api_host: str = "127.0.0.1"

@@ -17,6 +17,11 @@ Per channel ("lane"):
   it. So the first opening goes at once (it is no reopening), and the last state, a final resolve too, is always
   told, at the latest one interval later. The interval runs from the last successful delivery in the delivery log,
   so it holds across a restart; what waits in memory is sent by `close()`.
+- First message: a new incident's "opened" waits `first_message_wait_s` (3 s from Settings) for its report and the
+  steps that wait for approval, which come a moment later from their own workers, and tells them in one message
+  (each recorded as delivered with it, "folded_into" the opening). What comes later, or while an opening waits in a
+  digest, is folded the same way while it can be; after that it is told on its own. A group hears a fault twice:
+  when it opens and when it is resolved.
 - Failures: `argus.notify.delivery.deliver` retries 429/5xx/platform codes with backoff; a channel whose delivery
   failed is left alone for `cooldown_s` (its events fold into the digest) so a dead receiver costs the loop one
   retry sequence, not one per incident.
@@ -92,7 +97,7 @@ class TokenBucket:
 class _Pending:
     key: str
     message: Message
-    earlier: tuple[_Pending, ...] = ()  # changes of a flapping incident this message tells too (recorded with it)
+    earlier: tuple[_Pending, ...] = ()  # what this message tells too (recorded with it): a report, held changes
 
     @property
     def keys(self) -> list[str]:
@@ -123,12 +128,20 @@ class _Lane:
     bucket: TokenBucket
     pending: list[_Pending] = field(default_factory=list)
     held: dict[str, _Held] = field(default_factory=dict)  # by incident id
+    first: dict[str, tuple[_Pending, float]] = field(default_factory=dict)  # openings waiting for their report, due
     window_until: float = 0.0
     down_until: float = 0.0
 
     def queued(self, key: str) -> bool:
-        return any(key in p.keys for p in self.pending) or any(
+        return any(key in p.keys for p in self.pending) or any(key in p.keys for p, _ in self.first.values()) or any(
             key in h.latest.keys or any(key in e.keys for e in h.earlier) for h in self.held.values())
+
+    def opening_of(self, incident_id: str) -> _Pending | None:
+        """The incident's opening message if it has not left yet: waiting for its report, or in a digest to come."""
+        if incident_id in self.first:
+            return self.first[incident_id][0]
+        return next((p for p in self.pending if p.message.incident_id == incident_id
+                     and p.message.event == "opened"), None)
 
 
 class Dispatcher:
@@ -154,6 +167,7 @@ class Dispatcher:
         max_backoff_s: float = 30.0,
         cooldown_s: float = 60.0,
         renotify_interval_s: float = 900.0,
+        first_message_wait_s: float = 0.0,
         on_delivery: Callable[[str, str], None] | None = None,
     ) -> None:
         names = [c.name for c in channels]
@@ -168,6 +182,7 @@ class Dispatcher:
         self._retry: dict[str, Any] = {"attempts": attempts, "backoff_s": backoff_s, "max_backoff_s": max_backoff_s}
         self.cooldown_s = cooldown_s
         self.renotify_interval_s = max(0.0, renotify_interval_s)
+        self.first_message_wait_s = max(0.0, first_message_wait_s)
         self.on_delivery = on_delivery
         now = clock().timestamp()
         self._lanes = [_Lane(c, TokenBucket(min(rate_per_minute, c.per_minute), now)) for c in channels]
@@ -203,7 +218,7 @@ class Dispatcher:
     def pending(self) -> dict[str, int]:
         """Messages waiting per channel: in a digest to come, or a flapping incident's held until its interval ends."""
         with self._lock:
-            return {lane.channel.name: len(lane.pending) + len(lane.held) for lane in self._lanes}
+            return {lane.channel.name: len(lane.pending) + len(lane.held) + len(lane.first) for lane in self._lanes}
 
     def start(self, interval_s: float = 1.0) -> Dispatcher:
         """Flush due digests every `interval_s` on a daemon thread, until `close()`."""
@@ -256,6 +271,15 @@ class Dispatcher:
         if lane.queued(key) or self._sent(key):
             return True
         offered = _Pending(key, message)
+        if message.event in ("report_ready", "approval_needed"):
+            opening = lane.opening_of(message.incident_id)
+            if opening is not None:  # the opening has not left yet: it tells this too
+                opening.message = opening.message.telling(message)
+                opening.earlier = (*opening.earlier, offered)
+                return True
+        if message.event == "opened" and self.first_message_wait_s > 0 and not message.reopened:
+            lane.first[message.incident_id] = (offered, now + self.first_message_wait_s)
+            return True
         if _flapping(message):
             held = lane.held.get(message.incident_id)
             if held is not None:
@@ -302,8 +326,18 @@ class Dispatcher:
                 results.append(self._offer_now(lane, held.release(), now))
         return all(results)
 
+    def _release_first(self, lane: _Lane, now: float, *, force: bool) -> bool:
+        """Offer each opening whose wait for its report has ended (all with `force`)."""
+        results = []
+        for incident_id, (opening, due) in list(lane.first.items()):
+            if force or now >= due:
+                del lane.first[incident_id]
+                results.append(self._offer_now(lane, opening, now))
+        return all(results)
+
     def _flush_lane(self, lane: _Lane, now: float, *, force: bool = False) -> bool:
-        released = self._release_held(lane, now, force=force) if lane.held else True
+        first = self._release_first(lane, now, force=force) if lane.first else True
+        released = (self._release_held(lane, now, force=force) if lane.held else True) and first
         return self._flush_pending(lane, now, force=force) and released
 
     def _flush_pending(self, lane: _Lane, now: float, *, force: bool = False) -> bool:

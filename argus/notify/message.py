@@ -127,6 +127,12 @@ class Message:
             parts.append(f"{self.folded} changes since the last message")
         return "".join(f" · {p}" for p in parts)
 
+    def telling(self, later: Message) -> Message:
+        """This first message about an incident also telling what `later` (its report being ready, the steps that
+        wait for approval) came to say: one message in the group instead of three."""
+        return replace(self, report_summary=later.report_summary or self.report_summary,
+                       approvals=self.approvals + later.approvals)
+
     def folding(self, count: int) -> Message:
         """This message telling `count` changes of a flapping incident held back since the last message."""
         return replace(self, folded=count)

@@ -1,0 +1,103 @@
+"""A new incident is told in one message with its report and the steps that wait for approval: the opening waits
+`first_message_wait_s` for them (they come a moment later from their own workers), and a report that finds the
+opening still waiting in a digest joins it too. What comes after the opening left is told on its own. The five
+platforms are real local receivers, the Store the real SQLite one, the clock moved by hand."""
+
+from __future__ import annotations
+
+from argus.notify.message import ApprovalLink
+from argus.store.store import Store
+from core.types import Incident, IncidentState, Report
+from tests.notify.conftest import KINDS, PUBLIC_URL, configs, open_incident
+from tests.notify.platforms import digest_text
+
+WAIT_S = 3.0
+APPROVE = ApprovalLink("act-0123456789ab", "drain_node", "10.0.0.3", f"{PUBLIC_URL}/ui/a?do=approve",
+                       f"{PUBLIC_URL}/ui/a?do=reject")
+
+
+def report_of(store: Store, incident: Incident, summary: str = "CUDA out of memory in the actor update") -> Report:
+    return store.add_report(Report(id="", incident_id=incident.id, category=incident.category, confidence=0.9,
+                                   generator="deterministic", summary=summary, markdown="# r\n"))
+
+
+def counts(platforms) -> set[int]:
+    return {len(p.received) for p in platforms.values()}
+
+
+def test_the_opening_waits_for_its_report_and_approvals_and_tells_them_in_one(platforms, store, make_dispatcher,
+                                                                             clock):
+    dispatcher = make_dispatcher(configs(platforms), first_message_wait_s=WAIT_S)
+    incident = open_incident(store)
+    assert dispatcher.notify(incident, "opened")
+    assert counts(platforms) == {0} and set(dispatcher.pending().values()) == {1}
+    clock.tick(0.5)
+    assert dispatcher.notify_report(incident, report_of(store, incident))
+    assert dispatcher.notify_approval(incident, [APPROVE])
+    assert dispatcher.flush() and counts(platforms) == {0}  # still within the wait
+    clock.tick(WAIT_S)
+    assert dispatcher.flush() and counts(platforms) == {1}
+    for kind, p in platforms.items():
+        assert p.problems == [], (kind, p.problems)
+        body = p.bodies()[0]
+        if kind == "webhook":
+            assert body["event"] == "incident.opened" and body["report_summary"].startswith("CUDA out of memory")
+            assert body["approvals"][0]["approve"] == APPROVE.approve_url
+            continue
+        text = digest_text(kind, body)
+        assert "CUDA out of memory in the actor update" in text and "drain_node" in text, kind
+    rows = sorted((r for r in store.list_deliveries(incident_id=incident.id, limit=100) if r.channel == "slack"),
+                  key=lambda r: r.id)
+    assert sorted(r.event for r in rows) == ["approval_needed", "opened", "report_ready"]
+    opened = next(r for r in rows if r.event == "opened")
+    assert all(r.detail["folded_into"] == opened.key for r in rows if r is not opened)
+    assert len(store.list_deliveries(incident_id=incident.id, limit=100)) == 3 * len(KINDS)
+
+    # told: offering them again sends nothing; the resolve is the second and last message
+    assert dispatcher.notify_report(incident, report_of(store, incident, "another"))  # a new report: its own message
+    assert counts(platforms) == {2}
+    assert dispatcher.notify(store.set_state(incident.id, IncidentState.RESOLVED, by="argus:stall", reason="ok"),
+                             "resolved")
+    assert counts(platforms) == {3}
+
+
+def test_without_a_report_the_opening_leaves_when_the_wait_ends_and_a_late_report_is_its_own(platforms, store,
+                                                                                          make_dispatcher, clock):
+    chosen = {k: platforms[k] for k in ("slack", "webhook")}
+    dispatcher = make_dispatcher(configs(chosen), first_message_wait_s=WAIT_S)
+    incident = open_incident(store)
+    assert dispatcher.notify(incident, "opened")
+    clock.tick(WAIT_S + 0.1)
+    assert dispatcher.flush() and counts(chosen) == {1}
+    assert "report_summary" not in chosen["webhook"].bodies()[0]
+    assert dispatcher.notify_report(incident, report_of(store, incident))
+    assert counts(chosen) == {2}
+
+
+def test_a_report_joins_an_opening_waiting_in_a_storms_digest(platforms, store, make_dispatcher, clock):
+    chosen = {k: platforms[k] for k in ("slack", "webhook")}
+    dispatcher = make_dispatcher(configs(chosen), group_window_s=30.0)  # no first-message wait: the digest holds it
+    first, second = open_incident(store, 1), open_incident(store, 2)
+    assert dispatcher.notify(first, "opened") and counts(chosen) == {1}
+    assert dispatcher.notify(second, "opened") and counts(chosen) == {1}  # waits in the group window's digest
+    assert dispatcher.notify_report(second, report_of(store, second, "host memory ran out on 10.0.0.3"))
+    assert counts(chosen) == {1}
+    clock.tick(31)
+    assert dispatcher.flush() and counts(chosen) == {2}
+    assert "host memory ran out on 10.0.0.3" in digest_text("slack", chosen["slack"].bodies()[1])
+
+
+def test_close_sends_an_opening_still_waiting(platforms, store, make_dispatcher):
+    chosen = {"slack": platforms["slack"]}
+    dispatcher = make_dispatcher(configs(chosen), first_message_wait_s=60)
+    assert dispatcher.notify(open_incident(store), "opened") and counts(chosen) == {0}
+    dispatcher.close()
+    assert counts(chosen) == {1}
+
+
+def test_a_reopened_incident_is_not_held_as_a_first_message(platforms, store, make_dispatcher):
+    chosen = {"slack": platforms["slack"]}
+    dispatcher = make_dispatcher(configs(chosen), first_message_wait_s=60)
+    incident = open_incident(store)
+    assert dispatcher.notify(incident.model_copy(update={"attrs": {**incident.attrs, "reopened": 1}}), "opened")
+    assert counts(chosen) == {1}
