@@ -52,6 +52,7 @@ from core.refs import refs_of  # noqa: E402
 from core.types import Category, Incident, IncidentState  # noqa: E402
 from stage.demo.inject import DemoContext, hung_rank, idle_gpus, xid  # noqa: E402
 from stage.localstack.process import poll_until  # noqa: E402
+from stage.localstack.trainer import RESUMABLE_TRAINER  # noqa: E402
 
 POLICY = Path(__file__).resolve().parent / "soak_policy.yaml"
 GPUS_PER_WORKER = 4
@@ -156,6 +157,12 @@ class Soak:
         api = httpx.Client(base_url=self.argus_url, timeout=30, headers={"Authorization": f"Bearer {token}"})
         self.ctx = DemoContext(cluster=self.cluster, sims=self.sims, api=api, code_dir=self.shared / "code" / "soak")
         self.ctx.prepare_code()
+        # The training job's rank stays on worker 1: worker 2's planned restarts (host OOM) would otherwise wait on
+        # it, and the lost node always hits the training job.
+        trainer = RESUMABLE_TRAINER.replace('resources={"worker": 0.01}', 'resources={"worker1": 0.01}')
+        if trainer == RESUMABLE_TRAINER:
+            raise RuntimeError("stage/localstack/trainer.py changed: pin the soak's trainer to worker 1 another way")
+        (self.ctx.code_dir / "train.py").write_text(trainer)
         self.oom_flag = self.work / "oom-while"
 
     def _token(self, config_file: Path) -> str:
@@ -217,6 +224,16 @@ class Soak:
         runs = [j["submission_id"] for j in jobs if j["submission_id"].startswith(self.train_sid)
                 and j.get("status") in {"PENDING", "RUNNING"}]
         return max(runs, key=len) if runs else self.train_sid
+
+    def heal(self) -> list[str]:
+        """After a fault that went wrong: every worker ALIVE again (a drained or killed one is started again)."""
+        healed = []
+        for worker in self.cluster.workers:
+            node = self.cluster.node_state(worker.node_id)
+            if node is None or node.get("state") != "ALIVE":
+                self.cluster.restart_worker(worker.index, timeout=120)
+                healed.append(f"worker {worker.index} restarted")
+        return healed
 
     def stop_fault_jobs(self) -> None:
         """The soak's own clean-up between faults: every job but the training job stops (a person's stop)."""
@@ -315,6 +332,12 @@ class Soak:
         except Exception as exc:  # noqa: BLE001 - a fault that could not be caused is reported, the soak goes on
             fault = Fault(kind, Category.UNKNOWN, time.time(), error=f"not caused: {type(exc).__name__}: {exc}")
             self.faults.append(fault)
+            try:
+                self.stop_fault_jobs()
+                healed = self.heal()
+                fault.error += f" (then: {', '.join(healed)})" if healed else ""
+            except Exception as heal_exc:  # noqa: BLE001
+                fault.error += f" (clean-up failed too: {heal_exc})"
             return fault
         self.faults.append(fault)
         deadline = fault.at + DETECT_TIMEOUT_S
@@ -337,6 +360,9 @@ class Soak:
             time.sleep(2)
         try:
             self.stop_fault_jobs()
+            if fault.error:
+                healed = self.heal()
+                fault.error += f" (then: {', '.join(healed)})" if healed else ""
         except Exception as exc:  # noqa: BLE001
             fault.error = fault.error or f"clean-up: {exc}"
         self._attribute(fault)
