@@ -231,12 +231,13 @@ class IncidentRepository:
                         "same fingerprint",
                         hint=f"work on {other} instead",
                     )
+            now = self._clock()
             row.state = new.value
-            row.resolved_at = self._clock() if new is IncidentState.RESOLVED else None
+            row.resolved_at = now if new is IncidentState.RESOLVED else None
             attrs = {k: v for k, v in (row.attrs or {}).items() if k != RESOLUTION}
             if new is IncidentState.RESOLVED:
                 attrs[RESOLUTION] = {"by": by[:RESOLUTION_CHARS], "reason": reason[:RESOLUTION_CHARS],
-                                     "at": as_utc(row.resolved_at).isoformat()}
+                                     "at": as_utc(now).isoformat()}
             row.attrs = attrs
             logger.info("incident {} is now {}", incident_id, new.value)
             return saved(s, row).to_domain()
