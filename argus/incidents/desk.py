@@ -24,6 +24,7 @@ from loguru import logger
 from argus.incidents.bus import EventBus
 from argus.incidents.correlate import Correlator
 from argus.incidents.events import IncidentEvent
+from core.refs import refs_of
 from core.types import Action, Finding, Incident, IncidentState, Recovery, Report, Severity
 
 
@@ -102,11 +103,11 @@ class IncidentDesk:
         log = logger.bind(incident=incident.id, category=incident.category.value)
         if recorded == "folded":
             log.debug("finding folded into incident ({} occurrences)", incident.occurrences)
+            if self.correlator is not None and refs_of(finding).affected_node_id is not None:
+                self._absorb_echoes(incident)  # this repeat may name the struck node its first finding did not
             return Filed(Outcome.FOLDED, incident)
         # Opened or reopened, the root cause is open now: open echoes of its jobs are filed under it.
-        if self.correlator is not None:
-            for echo in self.correlator.echoes_of(incident):
-                self.store.merge_into(echo.id, incident.id)
+        self._absorb_echoes(incident)
         if recorded == "reopened":
             reason = f"reopened ({ordinal(incident.reopened)} time): {finding.summary[:300]}"
             log.warning("incident {}", reason)
@@ -115,6 +116,12 @@ class IncidentDesk:
         log.warning("incident opened: {}", incident.summary)
         self.events.publish(IncidentEvent.opened(incident, finding))
         return Filed(Outcome.OPENED, incident)
+
+    def _absorb_echoes(self, incident: Incident) -> None:
+        """Merge into `incident` the open incidents the correlator says it explains (echoes; its node's own)."""
+        if self.correlator is not None:
+            for echo in self.correlator.echoes_of(incident):
+                self.store.merge_into(echo.id, incident.id)
 
     # -- changing state ------------------------------------------------------------------------------------------
 
