@@ -31,7 +31,7 @@ _ID_THEN_IP = re.compile(rf"\(ID: {_ID}, IP: {_ADDRESS}[,)]")
 # "node id = <id>", "node_id=<id>", "Node ID: <id>", "NodeID: <id>" (GCS, raylet, actor death causes).
 _LABELLED_ID = re.compile(rf"(?i:\bnode[ _]?id)\s{{0,3}}[=:]\s{{0,3}}{_ID}")
 # The address beside a labelled node id: "address = 1.2.3.4", "node_ip_address=1.2.3.4", "IP: 1.2.3.4".
-_LABELLED_IP = re.compile(rf"(?i:\b(?:ip[ _]?address|address|node[ _]ip|ip))\s{{0,3}}[=:]\s{{0,3}}{_ADDRESS}")
+_LABELLED_IP = re.compile(rf"(?i:\b(?:node[ _])?(?:ip[ _]?address|address|ip))\s{{0,3}}[=:]\s{{0,3}}{_ADDRESS}")
 # Ray lines are one record each; a longer text is not searched past this (hostile input stays cheap).
 _SCAN_CHARS = 20_000
 
