@@ -25,7 +25,7 @@ from argus.incidents.bus import EventBus
 from argus.incidents.correlate import Correlator
 from argus.incidents.events import IncidentEvent
 from core.refs import refs_of
-from core.types import Action, Finding, Incident, IncidentState, Recovery, Report, Severity
+from core.types import Action, Finding, Incident, IncidentState, Recovery, Report, Severity, SubjectKind
 
 
 class IncidentStore(Protocol):
@@ -103,7 +103,7 @@ class IncidentDesk:
         log = logger.bind(incident=incident.id, category=incident.category.value)
         if recorded == "folded":
             log.debug("finding folded into incident ({} occurrences)", incident.occurrences)
-            if self.correlator is not None and refs_of(finding).affected_node_id is not None:
+            if finding.subject.kind is not SubjectKind.NODE and refs_of(finding).affected_node_id is not None:
                 self._absorb_echoes(incident)  # this repeat may name the struck node its first finding did not
             return Filed(Outcome.FOLDED, incident)
         # Opened or reopened, the root cause is open now: open echoes of its jobs are filed under it.
