@@ -4,7 +4,8 @@ Detectors say it in two ways: the subject (kind job: the submission id; kind nod
 IP as the name; kind gpu: the GPU's UUID) and attrs, because a claim about one thing often names others:
 the lost-node detector lists under `jobs` the jobs that had work on the node (dicts from Ray with
 `submission_id` and `job_id`, or plain strings), a job failure carries `submission_id`, a log line
-carries `node_id` and `node_ip`. Correlation, remediation, reports, the exporter and notifications all
+carries `node_id` and `node_ip` (where it was written), a job's host OOM `affected_node_id` and
+`affected_node_ip` (the node it struck). Correlation, remediation, reports, the exporter and notifications all
 read these through `refs_of`, so they agree on what an incident touches.
 
 Attrs come from logs and outside systems: every value is type-checked here, anything else is ignored.
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from core.jobfolder import is_submission_id
-from core.signal_keys import JOB_ID, JOBS, NODE_ID, NODE_IP, SUBMISSION_ID
+from core.signal_keys import AFFECTED_NODE_ID, AFFECTED_NODE_IP, JOB_ID, JOBS, NODE_ID, NODE_IP, SUBMISSION_ID
 from core.types import Subject, SubjectKind
 
 
@@ -38,7 +39,10 @@ class Refs:
     submission id it names, in order (a job subject, attrs `submission_id`, then `jobs`), as given (check
     with `actionable_submission_ids` before using one as a folder or a Ray call). `job_ids`: every id a
     job may be known by (submission ids, Ray job ids, plain strings in `jobs`), for matching one claim
-    with another. Node: the Ray node id and IP (subject kind node, else attrs). `gpu`: a GPU subject's UUID.
+    with another. Node: the Ray node id and IP (subject kind node, else attrs; a node subject's IP is the attrs'
+    only when they are about that node: a line one node wrote about another carries its writer's). `affected_node_id`
+    / `affected_node_ip`: the node a fault struck, the node subject itself, else the attrs a job's finding names it
+    by (a job's host OOM names the node its workers were killed on). `gpu`: a GPU subject's UUID.
     """
 
     submission_id: str | None = None
@@ -46,6 +50,8 @@ class Refs:
     job_ids: frozenset[str] = frozenset()
     node_id: str | None = None
     node_ip: str | None = None
+    affected_node_id: str | None = None
+    affected_node_ip: str | None = None
     gpu: str | None = None
 
     @property
@@ -85,12 +91,18 @@ def refs_from(subject: Subject, attrs: dict[str, Any] | None) -> Refs:
         ids.add(attr_sid)
 
     is_node = kind is SubjectKind.NODE
+    node_id = subject.id if is_node else _str(attrs.get(NODE_ID))
+    written_on = _str(attrs.get(NODE_ID))
+    attr_ip = _str(attrs.get(NODE_IP)) if not is_node or written_on in (None, subject.id) else None
+    node_ip = attr_ip or (_str(subject.name) if is_node else None)
     return Refs(
         submission_id=_str(attr_sid) or (subject.id if kind is SubjectKind.JOB else None),
         submission_ids=tuple(dict.fromkeys(named)),
         job_ids=frozenset(ids),
-        node_id=subject.id if is_node else _str(attrs.get(NODE_ID)),
-        node_ip=_str(attrs.get(NODE_IP)) or (_str(subject.name) if is_node else None),
+        node_id=node_id,
+        node_ip=node_ip,
+        affected_node_id=node_id if is_node else _str(attrs.get(AFFECTED_NODE_ID)),
+        affected_node_ip=node_ip if is_node else _str(attrs.get(AFFECTED_NODE_IP)),
         gpu=subject.id if kind is SubjectKind.GPU else None,
     )
 

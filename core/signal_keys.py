@@ -35,6 +35,10 @@ NODES: Final = "nodes"
 JOBS: Final = "jobs"  # on a node: the jobs that had work there (dicts as JOB_* below, or ids)
 JOB_ID: Final = "job_id"  # Ray's job id
 SUBMISSION_ID: Final = "submission_id"
+# On a finding about a job, of a fault that struck one host (a host OOM): the node the text names as where it
+# happened ("Memory on the node (IP: ..., ID: ...)"), which need not be where the line was written (NODE_ID/NODE_IP).
+AFFECTED_NODE_ID: Final = "affected_node_id"
+AFFECTED_NODE_IP: Final = "affected_node_ip"
 
 # -- node and job states (ray_state, placement) ---------------------------------------------------------------
 STATE: Final = "state"  # a node's: ALIVE, DEAD

@@ -7,6 +7,10 @@ collected late, so this detector classifies it with the same rules as the logs: 
 permanent match wins, the first line among equals (later lines are usually consequences). A failure no
 rule explains is still an interruption: it is reported as `unknown` with the message tail as evidence.
 
+A host OOM (any node-scoped fault) records the node the message names as where it struck ("Memory on the node
+(IP: ..., ID: ...)") as AFFECTED_NODE_ID / AFFECTED_NODE_IP, so the incident that node's own logs open joins the
+job's (argus.incidents.correlate).
+
 Reported once per job while this detector lives. The fingerprint is category + job, the same as the log
 rule detector's, so the same OOM seen in the job's log lines and in its final message is one incident.
 Jobs that ended more than `lookback_s` before they were first seen (history at start-up) are skipped.
@@ -38,6 +42,7 @@ from core.types import (
     utcnow,
 )
 from detectors.engine import RuleSet, root_cause
+from detectors.named_node import NODE_SCOPED, node_named_in
 from detectors.resubmissions import JobRuns
 from detectors.timestamps import parse_iso
 
@@ -155,7 +160,10 @@ class JobFailureDetector:
             first_seen=ended,
             detected_at=self._clock(),
             recommended_action=rule.action,
-            attrs=self._attrs(signal, rule_reason=rule.reason, matched=[m.rule.reason for m in matches]),
+            attrs={
+                **self._attrs(signal, rule_reason=rule.reason, matched=[m.rule.reason for m in matches]),
+                **_affected_node(rule.category, [winner.text, *lines]),
+            },
         )
 
     def _unmatched(self, signal: Signal, lines: list[str], source: str, ended: datetime) -> Finding:
@@ -199,6 +207,17 @@ class JobFailureDetector:
             "rule": rule_reason,
             "matched": matched,
         }
+
+
+def _affected_node(category: Category, texts: list[str]) -> dict[str, str]:
+    """For a node-scoped fault (a host OOM): the node the message names as where it struck, the winning line first
+    (AFFECTED_NODE_ID / AFFECTED_NODE_IP; argus.incidents joins that node's own incident to the job's with it)."""
+    if category not in NODE_SCOPED:
+        return {}
+    named = next((n for text in texts if (n := node_named_in(text)) is not None), None)
+    if named is None:
+        return {}
+    return {keys.AFFECTED_NODE_ID: named.id, **({keys.AFFECTED_NODE_IP: named.ip} if named.ip else {})}
 
 
 def _evidence(source: str, text: str, line: int, at: datetime) -> Evidence:

@@ -12,6 +12,10 @@ rule set's combined prefilter, so a line that matches nothing costs one regex se
 - Evidence: the matching line (source, line number, time) after the lines just before it in the same
   file, and earlier temporary matches; each line cut to `evidence_chars`.
 
+- A node-scoped fault (host OOM, node lost, GPU hardware) is about the node the line names, not always the one
+  that wrote it (the GCS on the head reports every node's OOM kills and deaths): such a line is filed under the
+  named node, its IP as the subject's name. On a job's line the named node is recorded as the affected node
+  (`AFFECTED_NODE_ID` / `AFFECTED_NODE_IP`), so the job's incident and the node's are joined (argus.incidents).
 - History is not news: a line the collector marked as history (`attrs["history"]`: read from a file's backlog
   and written longer ago than the history window) opens nothing and is no temporary event; it stays as context
   for the lines after it. Lines carry their own time (`attrs["line_time"]`) where the collector dated them: that
@@ -48,6 +52,7 @@ from core.types import (
     utcnow,
 )
 from detectors.engine import ANY_SOURCE, LogRule, RuleSet
+from detectors.named_node import NODE_SCOPED, NamedNode, node_named_in
 from detectors.timestamps import parse_iso
 
 SUCCEEDED = "SUCCEEDED"  # Ray's JobStatus for a job whose entrypoint exited 0
@@ -222,6 +227,7 @@ class LogRuleDetector:
                 keys.NODE_ID: signal.attrs.get(keys.NODE_ID),
                 keys.NODE_IP: signal.attrs.get(keys.NODE_IP),
                 "temporary_before": [r.reason for r, _ in earlier],
+                **_affected_node(rule, signal, subject),
             },
         )
 
@@ -231,21 +237,45 @@ def _written_at(signal: Signal) -> datetime:
     return parse_iso(signal.attrs.get(keys.LINE_TIME)) or signal.observed_at
 
 
-# Ray node ids are 28 bytes, written as 56 hex digits ("node_id=...", "node id: ...", "for node ...").
+# Ray node ids are 28 bytes, written as 56 hex digits. Unlabelled, the last resort for a node's death only (older
+# Ray lines say "Node <id> is dead"); a worker id has the same shape, so other faults need a labelled id.
 _RAY_NODE_ID = re.compile(r"(?<![0-9a-fA-F])([0-9a-f]{56})(?![0-9a-fA-F])")
 
 
 def _subject_named_in(signal: Signal, permanent: list[LogRule]) -> Subject | None:
-    """The node a cluster log line is about, when that is not the node that wrote it.
+    """The node a cluster log line is about, when the line names it (detectors/named_node.py).
 
-    The GCS on the head logs every other node's death; filed under the head, the finding would blame
-    the wrong node and miss the incident Ray's node state opens for the dead one (same fingerprint).
+    A node-scoped fault (NODE_SCOPED: a node's death, a host OOM, a GPU's hardware) is about the node it happened
+    on, and that is not always the node that wrote the line: the GCS on the head logs every other node's death and
+    every worker the memory monitor killed anywhere. Filed under the head, the finding would blame the wrong node
+    and miss the incident the fault opens for the right one (same fingerprint: Ray's node state, that node's own
+    raylet). The IP the line gives beside the node becomes the subject's name. None: the writer is the subject.
     """
     if signal.subject.kind is not SubjectKind.NODE or not signal.text:
         return None
-    if not any(r.category is Category.NODE_LOST for r in permanent):
+    rule = max(permanent, key=lambda r: r.priority, default=None)
+    if rule is None or rule.category not in NODE_SCOPED:
         return None
-    found = _RAY_NODE_ID.search(signal.text)
-    if found is None or found.group(1) == signal.subject.id:
+    named = node_named_in(signal.text)
+    if named is None and rule.category is Category.NODE_LOST:
+        bare = _RAY_NODE_ID.search(signal.text)
+        named = NamedNode(bare.group(1)) if bare else None
+    if named is None:
         return None
-    return Subject(kind=SubjectKind.NODE, id=found.group(1))
+    if named.id == signal.subject.id:
+        if signal.subject.name or not named.ip:
+            return None
+        return signal.subject.model_copy(update={"name": named.ip})
+    return Subject(kind=SubjectKind.NODE, id=named.id, name=named.ip)
+
+
+def _affected_node(rule: LogRule, signal: Signal, subject: Subject) -> dict[str, str]:
+    """On a job's finding of a node-scoped fault: the node the text names as where it struck (AFFECTED_NODE_*,
+    beside NODE_ID/NODE_IP, which say where the line was written). The correlator joins that node's own incident
+    to the job's with it."""
+    if subject.kind is not SubjectKind.JOB or rule.category not in NODE_SCOPED or not signal.text:
+        return {}
+    named = node_named_in(signal.text)
+    if named is None:
+        return {}
+    return {keys.AFFECTED_NODE_ID: named.id, **({keys.AFFECTED_NODE_IP: named.ip} if named.ip else {})}

@@ -7,6 +7,13 @@ and the root cause arrives later, the echo's incident is merged into the root ca
 resolved incident is reopened (its fault came back, argus/incidents/desk.py) is open again and absorbs open
 echoes the same way; an echo merged away is never reopened itself, its fault lives on in the root.
 
+One host fault is also seen from the node and from the job it hurt: a host OOM is the GCS's and the node's own
+raylet's line (an incident about the node) and the job's exception (an incident about the job, which names the
+node it struck: core.refs `affected_node_id`). A root cause about a node belongs to an open incident of its
+category whose affected node it is; when that job incident opens (or reopens) after the node's, the node's is
+merged into it. The job's incident is the one kept: it names who was hurt, and remediation acts on the job. A
+node fault no job incident names stays its own incident.
+
 Which jobs a finding touches is core.refs's one reading of its subject and attrs (`job_ids`: the job it is
 about, the jobs the lost-node detector lists under `jobs`, `submission_id`).
 """
@@ -18,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from core.refs import refs_of
-from core.types import Category, Finding, Incident, IncidentState, utcnow
+from core.types import Category, Finding, Incident, IncidentState, SubjectKind, utcnow
 
 ROOT_CAUSES = frozenset(
     {Category.GPU_HARDWARE, Category.NODE_LOST, Category.HOST_OOM, Category.GPU_OOM, Category.DISK_FULL}
@@ -65,6 +72,8 @@ class Correlator:
         ]
         if absorbed:  # this fingerprint was already filed under another incident: keep filing it there
             return min(absorbed, key=lambda i: i.first_seen)
+        if (struck := self._incident_naming_node(finding)) is not None:
+            return struck
         jobs = finding_jobs(finding)
         if not jobs:
             return None
@@ -77,11 +86,42 @@ class Correlator:
         roots = [i for i in candidates if i.fingerprint != finding.fingerprint and incident_jobs(i) & jobs]
         return min(roots, key=lambda i: i.first_seen) if roots else None
 
+    def _incident_naming_node(self, finding: Finding) -> Incident | None:
+        """For a root cause about a node: the earliest open incident of its category, about something else (a job),
+        that names that node as the one its fault struck."""
+        if finding.category not in ROOT_CAUSES or finding.subject.kind is not SubjectKind.NODE:
+            return None
+        node = finding.subject.id
+        named = [
+            i for i in self._open(frozenset({finding.category}))
+            if i.fingerprint != finding.fingerprint and i.subject.kind is not SubjectKind.NODE
+            and node in self.struck_nodes(i)
+        ]
+        return min(named, key=lambda i: i.first_seen) if named else None
+
+    def struck_nodes(self, incident: Incident) -> set[str]:
+        """The nodes an incident about a job names as struck: its own attrs', else its findings'. A job's first
+        line may not name the node (Ray's OOM exception puts "Memory on the node (IP, ID)" on the line after
+        it); the job's FAILED message that folds in later does."""
+        node = refs_of(incident).affected_node_id
+        if node is not None:
+            return {node}
+        return {n for f in self.store.findings_for(incident.id) if (n := refs_of(f).affected_node_id) is not None}
+
     def echoes_of(self, root: Incident) -> list[Incident]:
-        """Open echo incidents about the jobs a new root-cause incident explains."""
+        """Open incidents a new (or reopened) root-cause incident explains: echoes about its jobs, and the same
+        fault seen from the node it names as struck (an open incident of its category about that node)."""
         if root.category not in ROOT_CAUSES:
             return []
+        found = []
         jobs = incident_jobs(root)
-        if not jobs:
-            return []
-        return [i for i in self._open(ECHOES) if i.id != root.id and incident_jobs(i) & jobs]
+        if jobs:
+            found += [i for i in self._open(ECHOES) if i.id != root.id and incident_jobs(i) & jobs]
+        if root.subject.kind is not SubjectKind.NODE:
+            nodes = self.struck_nodes(root)
+            if nodes:
+                found += [
+                    i for i in self._open(frozenset({root.category}))
+                    if i.id != root.id and i.subject.kind is SubjectKind.NODE and i.subject.id in nodes
+                ]
+        return found

@@ -24,7 +24,8 @@ from loguru import logger
 from argus.incidents.bus import EventBus
 from argus.incidents.correlate import Correlator
 from argus.incidents.events import IncidentEvent
-from core.types import Action, Finding, Incident, IncidentState, Recovery, Report, Severity
+from core.refs import refs_of
+from core.types import Action, Finding, Incident, IncidentState, Recovery, Report, Severity, SubjectKind
 
 
 class IncidentStore(Protocol):
@@ -102,6 +103,8 @@ class IncidentDesk:
         log = logger.bind(incident=incident.id, category=incident.category.value)
         if recorded == "folded":
             log.debug("finding folded into incident ({} occurrences)", incident.occurrences)
+            if finding.subject.kind is not SubjectKind.NODE and refs_of(finding).affected_node_id is not None:
+                self._absorb_echoes(incident)  # this repeat may name the struck node its first finding did not
             return Filed(Outcome.FOLDED, incident)
         if recorded == "raised":  # one fault whose evidence grew worse (a disk's trend, then its floor): told once
             reason = f"severity raised to {incident.severity.value}: {finding.summary[:300]}"
@@ -109,9 +112,7 @@ class IncidentDesk:
             self.events.publish(IncidentEvent.state_changed(incident, by="argus", reason=reason))
             return Filed(Outcome.FOLDED, incident)
         # Opened or reopened, the root cause is open now: open echoes of its jobs are filed under it.
-        if self.correlator is not None:
-            for echo in self.correlator.echoes_of(incident):
-                self.store.merge_into(echo.id, incident.id)
+        self._absorb_echoes(incident)
         if recorded == "reopened":
             reason = f"reopened ({ordinal(incident.reopened)} time): {finding.summary[:300]}"
             log.warning("incident {}", reason)
@@ -120,6 +121,12 @@ class IncidentDesk:
         log.warning("incident opened: {}", incident.summary)
         self.events.publish(IncidentEvent.opened(incident, finding))
         return Filed(Outcome.OPENED, incident)
+
+    def _absorb_echoes(self, incident: Incident) -> None:
+        """Merge into `incident` the open incidents the correlator says it explains (echoes; its node's own)."""
+        if self.correlator is not None:
+            for echo in self.correlator.echoes_of(incident):
+                self.store.merge_into(echo.id, incident.id)
 
     # -- changing state ------------------------------------------------------------------------------------------
 

@@ -88,7 +88,8 @@ def test_the_job_it_is_about_is_named_in_attrs_first_then_by_a_job_subject() -> 
 
 
 def test_the_node_is_the_subject_or_what_attrs_name() -> None:
-    assert refs_of(incident(SubjectKind.NODE, "n1", "10.0.0.3")) == Refs(node_id="n1", node_ip="10.0.0.3")
+    assert refs_of(incident(SubjectKind.NODE, "n1", "10.0.0.3")) == Refs(
+        node_id="n1", node_ip="10.0.0.3", affected_node_id="n1", affected_node_ip="10.0.0.3")
     # attrs name the IP over the subject's name (a Prometheus instance carries its port)
     scraped = incident(SubjectKind.NODE, "10.0.0.3:9400", "10.0.0.3:9400", node_ip="10.0.0.3")
     assert refs_of(scraped).node_ip == "10.0.0.3"
@@ -118,3 +119,33 @@ def test_huge_attrs_are_read_in_one_pass() -> None:
     refs = refs_of(incident(SubjectKind.NODE, "n1", jobs=jobs, node_ip="x" * 1_000_000))
     assert len(refs.submission_ids) == 50_000 and len(refs.job_ids) == 100_000
     assert refs.node_ip is not None and len(refs.node_ip) == 1_000_000
+
+
+# --- the node a fault struck -----------------------------------------------------------------------------------
+
+STRUCK = "9" * 56
+
+
+def test_a_jobs_host_oom_names_the_node_it_struck_apart_from_where_it_was_written() -> None:
+    refs = refs_of(incident(SubjectKind.JOB, "job-1", node_id="h" * 56, node_ip="10.0.0.1",
+                            affected_node_id=STRUCK, affected_node_ip="10.0.0.4"))
+    assert (refs.node_id, refs.node_ip) == ("h" * 56, "10.0.0.1")
+    assert (refs.affected_node_id, refs.affected_node_ip) == (STRUCK, "10.0.0.4")
+
+
+def test_a_node_subject_is_the_node_it_struck() -> None:
+    refs = refs_of(incident(SubjectKind.NODE, STRUCK, "10.0.0.4"))
+    assert (refs.affected_node_id, refs.affected_node_ip) == (STRUCK, "10.0.0.4")
+
+
+def test_a_node_subject_named_by_another_nodes_line_does_not_take_the_writers_ip() -> None:
+    written_by_head = incident(SubjectKind.NODE, STRUCK, "10.0.0.4", node_id="h" * 56, node_ip="10.0.0.1")
+    assert refs_of(written_by_head).node_ip == "10.0.0.4"
+    its_own = incident(SubjectKind.NODE, STRUCK, None, node_id=STRUCK, node_ip="10.0.0.4")
+    assert refs_of(its_own).node_ip == "10.0.0.4"
+
+
+@pytest.mark.parametrize("bad", [5, "", None, ["x"], {"id": STRUCK}])
+def test_malformed_struck_node_attrs_are_ignored(bad: object) -> None:
+    refs = refs_of(incident(SubjectKind.JOB, "job-1", affected_node_id=bad, affected_node_ip=bad))
+    assert refs.affected_node_id is None and refs.affected_node_ip is None

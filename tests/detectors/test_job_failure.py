@@ -210,3 +210,33 @@ def test_a_failure_whose_resubmission_already_ran_is_not_news_but_still_closes(r
     expected = fingerprint_of(Category.HOST_OOM, Subject(kind=SubjectKind.JOB, id=SID))
     assert sorted(r.fingerprint for r in recovered) == sorted(
         [expected, fingerprint_of(Category.HOST_OOM, Subject(kind=SubjectKind.JOB, id="old-1"))])
+
+
+# --- the node a host OOM struck -----------------------------------------------------------------------------
+
+
+STRUCK = "99417ec8d7b1e36e562b13b943ed85a5055c6e79cd586bb99034beb5"
+
+
+def test_a_host_oom_records_the_node_it_struck_from_a_later_line_of_the_message() -> None:
+    """Ray's older exception: the matching line names no node, the next one does (IP and ID)."""
+    from detectors.engine import load_rules
+
+    message = OOM_MESSAGE.replace("ID: abc", f"ID: {STRUCK}")
+    [finding] = JobFailureDetector(load_rules(), clock=lambda: NOW).detect([job("FAILED", message)])
+    assert finding.category is Category.HOST_OOM
+    assert (finding.attrs["affected_node_id"], finding.attrs["affected_node_ip"]) == (STRUCK, "10.0.0.3")
+    assert "node_id" not in finding.attrs  # where it was written is not claimed
+
+
+def test_a_host_oom_without_a_well_formed_node_records_none(rules: RuleSet) -> None:
+    [finding] = JobFailureDetector(rules, clock=lambda: NOW).detect([job("FAILED", OOM_MESSAGE)])  # "ID: abc"
+    assert "affected_node_id" not in finding.attrs and "affected_node_ip" not in finding.attrs
+
+
+def test_another_category_names_no_struck_node() -> None:
+    from detectors.engine import load_rules
+
+    message = f"torch.OutOfMemoryError: CUDA out of memory. Memory on the node (IP: 10.0.0.3, ID: {STRUCK})"
+    [finding] = JobFailureDetector(load_rules(), clock=lambda: NOW).detect([job("FAILED", message)])
+    assert finding.category is Category.GPU_OOM and "affected_node_id" not in finding.attrs

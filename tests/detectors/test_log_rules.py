@@ -183,3 +183,78 @@ def test_gcs_line_about_another_node_is_filed_under_that_node():
     [finding] = LogRuleDetector(load_rules()).detect([signal])
     assert finding.subject == Subject(kind=SubjectKind.NODE, id=dead)
     assert finding.category.value == "node_lost"
+
+
+# --- node-scoped faults: filed under the node the line names ------------------------------------------------------
+
+WORKER2 = "99417ec8d7b1e36e562b13b943ed85a5055c6e79cd586bb99034beb5"
+KILLED_WORKER = "6a28c3f1e0d9b8a7f6e5d4c3b2a1f0e9d8c7b6a5f4e3d2c1b0a9f8e7"
+HEAD = Subject(kind=SubjectKind.NODE, id="3d17" + "0" * 52, name="127.0.0.2")
+KILL = (f"1 worker(s) were killed due to the node running low on memory. Memory on the node (IP: 127.0.0.4, ID: "
+        f"{WORKER2}) was 2.99GB used / 23.54GB limit (0.126893)")
+
+
+def ray_line(text: str, subject: Subject, stream: str) -> Signal:
+    return Signal(kind=SignalKind.LOG_LINE, source=f"ray://{subject.name}/x.log", subject=subject, text=text, line=9,
+                  observed_at=NOW, attrs={"stream": stream, "node_id": HEAD.id, "node_ip": HEAD.name})
+
+
+def test_the_gcs_reporting_an_oom_kill_on_another_node_files_it_under_that_node():
+    """The head's gcs_server.out line the soak recorded: the worker id (same shape as a node id) comes first."""
+    from core.refs import refs_of
+    from detectors.engine import load_rules
+
+    text = (f"[2026-11-25 09:57:18,089 W 30488 30488] (gcs_server) gcs_worker_manager.cc:70: Reporting worker exit, "
+            f"worker id = {KILLED_WORKER}, node id = {WORKER2}, address = 127.0.0.4, exit_type = NODE_OUT_OF_MEMORY, "
+            f"exit_detail = {KILL}")
+    [finding] = LogRuleDetector(load_rules()).detect([ray_line(text, HEAD, "gcs")])
+    assert finding.category is Category.HOST_OOM
+    assert finding.subject == Subject(kind=SubjectKind.NODE, id=WORKER2, name="127.0.0.4")
+    assert finding.attrs["node_id"] == HEAD.id  # where the line was written, kept
+    refs = refs_of(finding)
+    assert (refs.node_id, refs.node_ip) == (WORKER2, "127.0.0.4")  # not the writer's IP beside the named node
+
+
+def test_a_job_line_of_a_host_oom_records_the_node_it_struck():
+    from detectors.engine import load_rules
+
+    job = Subject(kind=SubjectKind.JOB, id="dataprep-1")
+    [finding] = LogRuleDetector(load_rules()).detect([ray_line(f"ray.exceptions.OutOfMemoryError: {KILL}", job,
+                                                               "job-logs")])
+    assert finding.subject == job
+    assert (finding.attrs["affected_node_id"], finding.attrs["affected_node_ip"]) == (WORKER2, "127.0.0.4")
+    assert (finding.attrs["node_id"], finding.attrs["node_ip"]) == (HEAD.id, "127.0.0.2")
+
+
+def test_a_line_naming_its_own_node_stays_under_it_and_gains_its_ip():
+    from detectors.engine import load_rules
+
+    me = Subject(kind=SubjectKind.NODE, id=WORKER2)
+    text = (f"(raylet) node_manager.cc:3069: 1 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers "
+            f"crashed due to other reasons at node (ID: {WORKER2}, IP: 127.0.0.4) over the last time period.")
+    [finding] = LogRuleDetector(load_rules()).detect([ray_line(text, me, "raylet")])
+    assert finding.subject == Subject(kind=SubjectKind.NODE, id=WORKER2, name="127.0.0.4")
+
+
+@pytest.mark.parametrize("text", [
+    f"Reporting worker exit, worker id = {KILLED_WORKER}, exit_type = NODE_OUT_OF_MEMORY, exit_detail = 1 worker(s) "
+    "were killed due to the node running low on memory.",  # only a worker id: not a node
+    f"1 worker(s) were killed due to the node running low on memory. Memory on the node (IP: 1.2.3.4, ID: {'z' * 56})",
+    "1 worker(s) were killed due to the node running low on memory. " + "node id = " * 50_000 + WORKER2,
+])
+def test_a_line_naming_no_well_formed_node_stays_with_its_writer(text: str):
+    from detectors.engine import load_rules
+
+    [finding] = LogRuleDetector(load_rules()).detect([ray_line(text, HEAD, "gcs")])
+    assert finding.subject == HEAD
+    assert len(finding.summary) < 1000
+
+
+def test_a_job_line_naming_no_node_records_no_struck_node():
+    from detectors.engine import load_rules
+
+    job = Subject(kind=SubjectKind.JOB, id="dataprep-2")
+    line_ = ray_line("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+                     job, "job-logs")
+    [finding] = LogRuleDetector(load_rules()).detect([line_])
+    assert "affected_node_id" not in finding.attrs
