@@ -305,15 +305,13 @@ class Soak:
         return fault
 
     def _cause_node_lost(self) -> Fault:
-        from ray.job_submission import JobSubmissionClient
-
         sid = self.training_job()
-        client = JobSubmissionClient(self.cluster.dashboard_url)
-        # the whole driver log: the API's tail has long lost the first lines of a job that has run for minutes
 
         def where() -> str | None:
-            text = client.get_job_logs(sid)
-            return text if "RANK_NODE=" in text else None
+            # the whole driver log (through Argus, which reads it from the driver's node): a tail of a job that has
+            # run for minutes has long lost its first lines
+            answer = self.ctx.api.get(f"/v1/jobs/{sid}/logs", params={"tail": 100_000})
+            return answer.text if answer.status_code == 200 and "RANK_NODE=" in answer.text else None
 
         text = poll_until(f"{sid} to say where its rank runs", where, timeout=180, interval=1)
         node = next(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("RANK_NODE="))
