@@ -13,7 +13,7 @@ from argus.incidents.events import EventKind
 from argus.pipeline import Pipeline
 from core.types import Category, IncidentState, Severity, Signal, SignalKind, Subject, SubjectKind
 from detectors.disk_space import DiskSpaceDetector
-from tests.support import Clock, RecordingSubscriber
+from tests.support import Clock, Feed, RecordingSubscriber
 
 T0 = datetime.now(timezone.utc)  # the correlator looks back from now
 GB = 1e9
@@ -28,16 +28,6 @@ def storage(avail: float, at: datetime) -> Signal:
                          "free_bytes": avail, "avail_bytes": avail, "used_fraction": 1 - avail / TB,
                          "inodes_total": 10_000_000, "inodes_free": 5_000_000, "inodes_avail": 5_000_000})
 
-
-class Feed:
-    name = "feed"
-
-    def __init__(self) -> None:
-        self.batch: list[Signal] = []
-
-    def collect(self) -> list[Signal]:
-        batch, self.batch = self.batch, []
-        return batch
 
 
 def test_trend_then_threshold_is_one_incident_whose_severity_rises(store):

@@ -21,7 +21,7 @@ from core.types import Category, IncidentState, Signal, SignalKind, Subject, Sub
 from detectors.engine import load_rules
 from detectors.job_failure import JobFailureDetector
 from detectors.log_rules import LogRuleDetector
-from tests.support import Clock, RecordingSubscriber
+from tests.support import Clock, Feed, RecordingSubscriber
 from tests.support.job_states import job_state
 
 T0 = datetime.now(timezone.utc)  # the correlator looks back from now
@@ -72,16 +72,6 @@ def failed(job: str = JOB, node: str = WORKER2, first_line: str | None = None) -
     message = first_line or f"ray.exceptions.OutOfMemoryError: {kill_text(node, '127.0.0.4')}"
     return job_state(job, "FAILED", at=T0, message=f"Job entrypoint command failed with exit code 1\n{message}")
 
-
-class Feed:
-    name = "feed"
-
-    def __init__(self) -> None:
-        self.batch: list[Signal] = []
-
-    def collect(self) -> list[Signal]:
-        batch, self.batch = self.batch, []
-        return batch
 
 
 @pytest.fixture

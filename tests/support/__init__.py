@@ -1,5 +1,5 @@
-"""Fakes the unit tests share: a clock moved by hand, Incident / Finding builders with plain defaults, and a
-subscriber that records incident events.
+"""Fakes the unit tests share: a clock moved by hand, Incident / Finding builders with plain defaults, a
+subscriber that records incident events, and a collector that hands the loop what the test gives it.
 
 Nothing here starts a process or imports Ray (the real-stack helpers are tests/helpers.py and
 tests/node_helpers.py). A builder's defaults are a job's failure at T0; a test names what it cares about.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from core.types import Category, Evidence, Finding, Incident, IncidentState, Severity, Subject, SubjectKind
+from core.types import Category, Evidence, Finding, Incident, IncidentState, Severity, Signal, Subject, SubjectKind
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -68,3 +68,16 @@ class RecordingSubscriber:
 
     def receive(self, event: Any) -> None:
         self.events.append(event)
+
+
+class Feed:
+    """A collector over a list the test fills (`feed.batch = [...]`): the next tick collects it, once."""
+
+    name = "feed"
+
+    def __init__(self) -> None:
+        self.batch: list[Signal] = []
+
+    def collect(self) -> list[Signal]:
+        batch, self.batch = self.batch, []
+        return batch
