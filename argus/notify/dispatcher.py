@@ -277,6 +277,9 @@ class Dispatcher:
                 opening.message = opening.message.telling(message)
                 opening.earlier = (*opening.earlier, offered)
                 return True
+        if message.incident_id in lane.first:  # anything else about it (an update, the resolve) must come after it
+            opening, _ = lane.first.pop(message.incident_id)
+            self._offer_now(lane, opening, now)
         if message.event == "opened" and self.first_message_wait_s > 0 and not message.reopened:
             lane.first[message.incident_id] = (offered, now + self.first_message_wait_s)
             return True

@@ -303,7 +303,7 @@ def test_notification_outcomes_are_counted_per_configured_channel(tmp_path):
     """The dispatcher wiring builds for `argus serve`, posting to a real receiver that accepts, then refuses."""
     metrics = ArgusMetrics()
     with WebhookReceiver() as receiver:
-        settings = load_settings(data_dir=tmp_path, notify_channels=[
+        settings = load_settings(data_dir=tmp_path, im_first_message_wait_s=0, notify_channels=[  # each told at once
             {"kind": "webhook", "url": f"{receiver.url}/hook", "secret": "argus-secret", "name": "ops-agent"}])
         store = Store(settings.effective_database_url)
         dispatcher = build_dispatcher(settings, store, metrics=metrics)

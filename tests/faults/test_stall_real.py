@@ -162,7 +162,7 @@ def test_stalled_rank_is_found_long_before_the_collective_timeout(ray_cluster: R
         assert "step 12 loss=" in last.text and "step 13" not in "\n".join(watch.tail.lines)
         assert watch.tail.lines[last.line - 1].endswith("step 12 loss=0.0833")
         assert finding.attrs["step_interval_s"] is not None
-        assert finding.attrs["stalled_s"] > finding.attrs["threshold_s"] >= 5
+        assert finding.attrs["stalled_s"] >= finding.attrs["threshold_s"] >= 5  # both rounded to 0.1 s
 
         # It keeps firing, as the same incident, while the hang lasts.
         again = watch.until("the finding again", lambda found: found, 30)

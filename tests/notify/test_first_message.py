@@ -101,3 +101,14 @@ def test_a_reopened_incident_is_not_held_as_a_first_message(platforms, store, ma
     incident = open_incident(store)
     assert dispatcher.notify(incident.model_copy(update={"attrs": {**incident.attrs, "reopened": 1}}), "opened")
     assert counts(chosen) == {1}
+
+
+def test_a_resolve_within_the_wait_sends_the_opening_first(platforms, store, make_dispatcher, clock):
+    chosen = {k: platforms[k] for k in ("slack", "webhook")}
+    dispatcher = make_dispatcher(configs(chosen), first_message_wait_s=WAIT_S, group_window_s=0)
+    incident = open_incident(store)
+    assert dispatcher.notify(incident, "opened") and counts(chosen) == {0}
+    clock.tick(1)
+    assert dispatcher.notify(store.set_state(incident.id, IncidentState.RESOLVED, by="argus:stall"), "resolved")
+    assert counts(chosen) == {2}
+    assert [b["event"] for b in chosen["webhook"].bodies()] == ["incident.opened", "incident.resolved"]
