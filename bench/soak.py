@@ -225,12 +225,13 @@ class Soak:
                 and j.get("status") in {"PENDING", "RUNNING"}]
         return max(runs, key=len) if runs else self.train_sid
 
-    def heal(self) -> list[str]:
-        """After a fault that went wrong: every worker ALIVE again (a drained or killed one is started again)."""
+    def heal(self, restart: frozenset[int] = frozenset()) -> list[str]:
+        """After a fault that went wrong: every worker ALIVE again (a killed one is started again) and the workers in
+        `restart` started afresh (one left draining by a planned restart that did not finish is still ALIVE)."""
         healed = []
         for worker in self.cluster.workers:
             node = self.cluster.node_state(worker.node_id)
-            if node is None or node.get("state") != "ALIVE":
+            if worker.index in restart or node is None or node.get("state") != "ALIVE":
                 self.cluster.restart_worker(worker.index, timeout=120)
                 healed.append(f"worker {worker.index} restarted")
         return healed
@@ -332,7 +333,7 @@ class Soak:
             self.faults.append(fault)
             try:
                 self.stop_fault_jobs()
-                healed = self.heal()
+                healed = self.heal(frozenset({2}) if kind == "host_oom" else frozenset())  # its planned restarts
                 fault.error += f" (then: {', '.join(healed)})" if healed else ""
             except Exception as heal_exc:  # noqa: BLE001
                 fault.error += f" (clean-up failed too: {heal_exc})"
