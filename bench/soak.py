@@ -49,7 +49,8 @@ from rich.table import Table  # noqa: E402
 
 from core.logging import setup_logging  # noqa: E402
 from core.refs import refs_of  # noqa: E402
-from core.types import Category, Incident, IncidentState  # noqa: E402
+from core.types import REOPENED_AT, Category, Incident, IncidentState  # noqa: E402
+from detectors.timestamps import parse_iso  # noqa: E402
 from stage.demo.inject import DemoContext, hung_rank, idle_gpus, xid  # noqa: E402
 from stage.localstack.process import poll_until  # noqa: E402
 from stage.localstack.trainer import RESUMABLE_TRAINER  # noqa: E402
@@ -369,13 +370,16 @@ class Soak:
 
     def _attribute(self, fault: Fault) -> None:
         for incident in self.incidents():
-            if incident.detected_at.timestamp() < fault.at - 1.0 or not fault.about(incident):
+            # a fault that came back soon reopens its old incident: it counts from when it was reopened
+            reopened = parse_iso(incident.attrs.get(REOPENED_AT)) if incident.reopened else None
+            since = max(incident.detected_at, reopened) if reopened else incident.detected_at
+            if since.timestamp() < fault.at - 1.0 or not fault.about(incident):
                 continue
             if self._other_fault_owns(fault, incident):
                 continue
             fault.incidents[incident.id] = incident
             if fault.detected_at is None:
-                fault.detected_at = incident.detected_at.timestamp()
+                fault.detected_at = since.timestamp()
 
     def _other_fault_owns(self, fault: Fault, incident: Incident) -> bool:
         return any(incident.id in f.incidents for f in self.faults if f is not fault)
