@@ -375,7 +375,7 @@ class Soak:
             since = max(incident.detected_at, reopened) if reopened else incident.detected_at
             if since.timestamp() < fault.at - 1.0 or not fault.about(incident):
                 continue
-            if self._other_fault_owns(fault, incident):
+            if self._other_fault_owns(fault, incident) and not (reopened and reopened.timestamp() >= fault.at - 1.0):
                 continue
             fault.incidents[incident.id] = incident
             if fault.detected_at is None:
