@@ -112,9 +112,7 @@ class Message:
     @property
     def label(self) -> str:
         """What happened, in words: an update that reopened the incident says so."""
-        if self.event == "updated" and self.reopened and self.state == IncidentState.OPEN.value:
-            return REOPENED_LABEL
-        return EVENT_LABELS[self.event]
+        return event_label(self.event, self.reopened, self.state)
 
     @property
     def history(self) -> str:
@@ -197,8 +195,7 @@ def build_message(
     node = node_of(named) or (", ".join(nodes) if nodes else None)
     owner = clean(attrs.get(keys.OWNER))
     where = untrusted(label_of(named), 120)
-    reopening = event == "updated" and incident.reopened and incident.state is IncidentState.OPEN
-    label = REOPENED_LABEL if reopening else EVENT_LABELS[event]
+    label = event_label(event, incident.reopened, incident.state.value)
     return Message(
         event=event,
         incident_id=incident.id,
@@ -220,6 +217,13 @@ def build_message(
         reopened=incident.reopened,
         incident=incident,
     )
+
+
+def event_label(event: str, reopened: int, state: str) -> str:
+    """What happened, in words: an update that reopened the incident says so."""
+    if event == "updated" and reopened and state == IncidentState.OPEN.value:
+        return REOPENED_LABEL
+    return EVENT_LABELS[event]
 
 
 class LinkSigner(Protocol):
