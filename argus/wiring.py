@@ -135,7 +135,9 @@ def build_subscribers(
     if remediator is not None:
         subscribers.append(RemediationSubscriber(remediator, events))
     if dispatcher is not None:
-        subscribers.append(ImSubscriber(dispatcher, links))
+        awaits = {"report_ready"} if reports is not None else set()
+        awaits |= {"planned"} if remediator is not None else set()
+        subscribers.append(ImSubscriber(dispatcher, links, awaits=frozenset(awaits)))
     for n, url in enumerate(settings.webhook_urls, start=1):
         webhook = WebhookNotifier(url, timeout_s=settings.request_timeout_s, public_url=public_url)
         subscribers.append(NotifierSubscriber(webhook, name=f"webhook-{n}"))

@@ -111,8 +111,9 @@ class Settings(BaseSettings):
         "long, later changes folded into the next; 0: no limit"
     )
     im_first_message_wait_s: float = Field(
-        default=3.0, ge=0, le=60, description="a new incident's first IM message waits this long for its report and "
-        "the steps waiting for approval, and tells all three in one; 0: each is told at once"
+        default=15.0, ge=0, le=60, description="a new incident's first IM message waits for its report and its "
+        "plan (the steps waiting for approval) and tells all three in one; it leaves as soon as both are in, at the "
+        "latest after this long; 0: each is told at once"
     )
 
     # the API

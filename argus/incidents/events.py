@@ -1,7 +1,7 @@
 """What happens to an incident, as one value that every subscriber receives.
 
 The kinds are the moments people and tools care about: an incident was opened, its state changed (updated), it
-was resolved, its report is ready, or remediation planned steps that wait for a person. Each event carries the
+was resolved, its report is ready, remediation planned its steps, or some of them wait for a person. Each event carries the
 incident as it was at that moment, so a subscriber that runs later still tells the truth about that moment.
 """
 
@@ -21,6 +21,7 @@ class EventKind(str, Enum):
     RESOLVED = "resolved"
     REPORT_READY = "report_ready"
     APPROVAL_NEEDED = "approval_needed"
+    PLANNED = "planned"  # remediation planned the incident's steps (after APPROVAL_NEEDED when some wait)
 
 
 # The kinds that are a change of the incident itself: what webhooks and IM groups hear about it.
@@ -33,7 +34,7 @@ class IncidentEvent:
     incident: Incident
     finding: Finding | None = None  # OPENED: the finding that opened it; a reopening UPDATED: the one that reopened it
     report: Report | None = None  # REPORT_READY
-    actions: tuple[Action, ...] = ()  # APPROVAL_NEEDED: the steps waiting for a decision
+    actions: tuple[Action, ...] = ()  # APPROVAL_NEEDED: the steps waiting for a decision; PLANNED: all planned
     detail: dict[str, Any] = field(default_factory=dict)  # who changed it and why, for the record
 
     @classmethod
@@ -64,6 +65,10 @@ class IncidentEvent:
     @classmethod
     def approval_needed(cls, incident: Incident, actions: Sequence[Action]) -> IncidentEvent:
         return cls(EventKind.APPROVAL_NEEDED, incident, actions=tuple(actions))
+
+    @classmethod
+    def planned(cls, incident: Incident, actions: Sequence[Action]) -> IncidentEvent:
+        return cls(EventKind.PLANNED, incident, actions=tuple(actions))
 
     def describe(self) -> str:
         return f"{self.kind.value} {self.incident.id}"

@@ -39,19 +39,26 @@ class NotifierSubscriber:
 
 class ImSubscriber:
     """The IM dispatcher: lifecycle messages, the report when it is ready, and approve/reject links for steps that
-    wait (signed links where `links` is configured)."""
+    wait (signed links where `links` is configured). `awaits`: what a new incident's first message waits for
+    ("report_ready" where reports are written, "planned" where remediation plans), so one message tells all."""
 
     name = "im"
 
-    def __init__(self, dispatcher: Dispatcher, links: ApprovalLinks | None = None) -> None:
+    def __init__(self, dispatcher: Dispatcher, links: ApprovalLinks | None = None, *,
+                 awaits: frozenset[str] = frozenset()) -> None:
         self.dispatcher = dispatcher
         self.links = links
+        self.awaits = awaits
 
     def receive(self, event: IncidentEvent) -> None:
         from argus.notify.message import approval_links_for
 
-        if event.kind in LIFECYCLE:
+        if event.kind is EventKind.OPENED:
+            self.dispatcher.notify(event.incident, event.kind.value, awaits=self.awaits)
+        elif event.kind in LIFECYCLE:
             self.dispatcher.notify(event.incident, event.kind.value)
+        elif event.kind is EventKind.PLANNED:
+            self.dispatcher.notify_planned(event.incident)
         elif event.kind is EventKind.REPORT_READY and event.report is not None:
             self.dispatcher.notify_report(event.incident, event.report)
         elif event.kind is EventKind.APPROVAL_NEEDED and self.links is not None:
@@ -89,9 +96,11 @@ class RemediationSubscriber:
         # webhooks (the ops agent), who can plan steps again (POST /v1/incidents/{id}/actions).
         if event.kind is not EventKind.OPENED:
             return
-        waiting = waiting_for_decision(self.remediator.plan(event.incident))
+        planned = self.remediator.plan(event.incident)
+        waiting = waiting_for_decision(planned)
         if waiting:
             self.events.publish(IncidentEvent.approval_needed(event.incident, waiting))
+        self.events.publish(IncidentEvent.planned(event.incident, planned))
 
 
 class MetricsSubscriber:

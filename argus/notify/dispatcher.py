@@ -17,9 +17,10 @@ Per channel ("lane"):
   it. So the first opening goes at once (it is no reopening), and the last state, a final resolve too, is always
   told, at the latest one interval later. The interval runs from the last successful delivery in the delivery log,
   so it holds across a restart; what waits in memory is sent by `close()`.
-- First message: a new incident's "opened" waits `first_message_wait_s` (3 s from Settings) for its report and the
-  steps that wait for approval, which come a moment later from their own workers, and tells them in one message
-  (each recorded as delivered with it, "folded_into" the opening). What comes later, or while an opening waits in a
+- First message: a new incident's "opened" waits for its report and its plan (the steps that wait for approval),
+  which come a moment later from their own workers, and tells them in one message. It leaves as soon as all it
+  awaits is in (`awaits`: "report_ready", "planned"; the plan is known even when nothing waits, `notify_planned`),
+  at the latest after `first_message_wait_s` (Settings) (each recorded as delivered with it, "folded_into" the opening). What comes later, or while an opening waits in a
   digest, is folded the same way while it can be; after that it is told on its own. A group hears a fault twice:
   when it opens and when it is resolved.
 - Failures: `argus.notify.delivery.deliver` retries 429/5xx/platform codes with backoff; a channel whose delivery
@@ -123,23 +124,32 @@ class _Held:
 
 
 @dataclass
+class _Opening:
+    """A new incident's opening message, waiting (until `due` at the latest) for what it should tell too."""
+
+    pending: _Pending
+    due: float
+    awaits: set[str] = field(default_factory=set)  # what has not come yet: "report_ready", "planned"
+
+
+@dataclass
 class _Lane:
     channel: Channel
     bucket: TokenBucket
     pending: list[_Pending] = field(default_factory=list)
     held: dict[str, _Held] = field(default_factory=dict)  # by incident id
-    first: dict[str, tuple[_Pending, float]] = field(default_factory=dict)  # openings waiting for their report, due
+    first: dict[str, _Opening] = field(default_factory=dict)  # openings waiting for their report and plan
     window_until: float = 0.0
     down_until: float = 0.0
 
     def queued(self, key: str) -> bool:
-        return any(key in p.keys for p in self.pending) or any(key in p.keys for p, _ in self.first.values()) or any(
+        return any(key in p.keys for p in self.pending) or any(key in o.pending.keys for o in self.first.values()) or any(
             key in h.latest.keys or any(key in e.keys for e in h.earlier) for h in self.held.values())
 
     def opening_of(self, incident_id: str) -> _Pending | None:
         """The incident's opening message if it has not left yet: waiting for its report, or in a digest to come."""
         if incident_id in self.first:
-            return self.first[incident_id][0]
+            return self.first[incident_id].pending
         return next((p for p in self.pending if p.message.incident_id == incident_id
                      and p.message.event == "opened"), None)
 
@@ -192,8 +202,26 @@ class Dispatcher:
 
     # ---- the Notifier protocol and its siblings ------------------------------------------------------
 
-    def notify(self, incident: Incident, event: str) -> bool:
-        return self._guarded(incident, event, lambda: self._offer_all(incident, event, report=None, approvals=()))
+    def notify(self, incident: Incident, event: str, *, awaits: frozenset[str] = frozenset()) -> bool:
+        """`awaits`, for an opening: what it waits for before it leaves ("report_ready", "planned"), at most
+        `first_message_wait_s`; with nothing named it waits that long for whatever comes."""
+        return self._guarded(incident, event, lambda: self._offer_all(incident, event, report=None, approvals=(),
+                                                                      awaits=awaits))
+
+    def notify_planned(self, incident: Incident) -> bool:
+        """Remediation has planned the incident's steps (those waiting for a person came before, as
+        notify_approval): an opening that waited for the plan may leave once nothing else is awaited."""
+        def work() -> bool:
+            now = self._clock().timestamp()
+            for lane in self._lanes:
+                opening = lane.first.get(incident.id)
+                if opening is not None:
+                    opening.awaits.discard("planned")
+                    if not opening.awaits:
+                        opening.due = now
+                self._flush_lane(lane, now)
+            return True
+        return self._guarded(incident, "planned", work)
 
     def notify_report(self, incident: Incident, report: Report) -> bool:
         return self._guarded(incident, "report_ready",
@@ -253,19 +281,21 @@ class Dispatcher:
             return False
 
     def _offer_all(
-        self, incident: Incident, event: str, *, report: Report | None, approvals: tuple[ApprovalLink, ...]
+        self, incident: Incident, event: str, *, report: Report | None, approvals: tuple[ApprovalLink, ...],
+        awaits: frozenset[str] = frozenset(),
     ) -> bool:
         message = build_message(incident, event, report=report, approvals=approvals, public_url=self.public_url)
         detail = _detail(incident, event, report, approvals)
         now = self._clock().timestamp()
-        results = [self._offer(lane, delivery_key(incident.id, event, lane.channel.name, detail), message, now)
-                   for lane in self._lanes]
+        results = [self._offer(lane, delivery_key(incident.id, event, lane.channel.name, detail), message, now,
+                               awaits) for lane in self._lanes]
         now = self._clock().timestamp()
         for lane in self._lanes:
             self._flush_lane(lane, now)
         return all(results)
 
-    def _offer(self, lane: _Lane, key: str, message: Message, now: float) -> bool:
+    def _offer(self, lane: _Lane, key: str, message: Message, now: float,
+               awaits: frozenset[str] = frozenset()) -> bool:
         if not lane.channel.wants(message.severity, message.category):
             return True
         if lane.queued(key) or self._sent(key):
@@ -276,12 +306,16 @@ class Dispatcher:
             if opening is not None:  # the opening has not left yet: it tells this too
                 opening.message = opening.message.telling(message)
                 opening.earlier = (*opening.earlier, offered)
+                waiting = lane.first.get(message.incident_id)
+                if waiting is not None and waiting.awaits:
+                    waiting.awaits.discard(message.event)
+                    if not waiting.awaits:  # all it waited for is in: it leaves with this flush
+                        waiting.due = now
                 return True
         if message.incident_id in lane.first:  # anything else about it (an update, the resolve) must come after it
-            opening, _ = lane.first.pop(message.incident_id)
-            self._offer_now(lane, opening, now)
+            self._offer_now(lane, lane.first.pop(message.incident_id).pending, now)
         if message.event == "opened" and self.first_message_wait_s > 0 and not message.reopened:
-            lane.first[message.incident_id] = (offered, now + self.first_message_wait_s)
+            lane.first[message.incident_id] = _Opening(offered, now + self.first_message_wait_s, set(awaits))
             return True
         if _flapping(message):
             held = lane.held.get(message.incident_id)
@@ -332,10 +366,10 @@ class Dispatcher:
     def _release_first(self, lane: _Lane, now: float, *, force: bool) -> bool:
         """Offer each opening whose wait for its report has ended (all with `force`)."""
         results = []
-        for incident_id, (opening, due) in list(lane.first.items()):
-            if force or now >= due:
+        for incident_id, opening in list(lane.first.items()):
+            if force or now >= opening.due:
                 del lane.first[incident_id]
-                results.append(self._offer_now(lane, opening, now))
+                results.append(self._offer_now(lane, opening.pending, now))
         return all(results)
 
     def _flush_lane(self, lane: _Lane, now: float, *, force: bool = False) -> bool:

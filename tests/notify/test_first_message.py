@@ -112,3 +112,31 @@ def test_a_resolve_within_the_wait_sends_the_opening_first(platforms, store, mak
     assert dispatcher.notify(store.set_state(incident.id, IncidentState.RESOLVED, by="argus:stall"), "resolved")
     assert counts(chosen) == {2}
     assert [b["event"] for b in chosen["webhook"].bodies()] == ["incident.opened", "incident.resolved"]
+
+
+def test_an_opening_leaves_once_its_report_and_plan_are_in_and_a_late_plan_is_waited_for(platforms, store,
+                                                                                       make_dispatcher, clock):
+    """The opening waits for what it was told to await, not a fixed time: a plan that takes longer than a few
+    seconds (a loaded head, a slow Ray call) still joins it; once the report and the plan are in it leaves."""
+    chosen = {k: platforms[k] for k in ("slack", "webhook")}
+    dispatcher = make_dispatcher(configs(chosen), first_message_wait_s=60, group_window_s=0)
+    awaits = frozenset({"report_ready", "planned"})
+    incident = open_incident(store)
+    assert dispatcher.notify(incident, "opened", awaits=awaits)
+    assert dispatcher.notify_report(incident, report_of(store, incident))
+    clock.tick(10)  # the report is in, the plan is not: it keeps waiting
+    assert dispatcher.flush() and counts(chosen) == {0}
+    assert dispatcher.notify_approval(incident, [APPROVE]) and counts(chosen) == {0}
+    assert dispatcher.notify_planned(incident) and counts(chosen) == {1}  # all in: it leaves at once
+    assert "drain_node" in digest_text("slack", chosen["slack"].bodies()[0])
+    assert chosen["webhook"].bodies()[0]["approvals"][0]["approve"] == APPROVE.approve_url
+
+    # a plan with nothing waiting releases it as well, and an opening whose plan never comes leaves at the limit
+    quiet, lost = open_incident(store, 2), open_incident(store, 3)
+    assert dispatcher.notify(quiet, "opened", awaits=awaits) and dispatcher.notify(lost, "opened", awaits=awaits)
+    assert dispatcher.notify_report(quiet, report_of(store, quiet)) and dispatcher.notify_planned(quiet)
+    assert counts(chosen) == {2}
+    clock.tick(59)
+    assert dispatcher.flush() and counts(chosen) == {2}
+    clock.tick(1.5)
+    assert dispatcher.flush() and counts(chosen) == {3}
