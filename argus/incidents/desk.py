@@ -50,6 +50,8 @@ class IncidentStore(Protocol):
 
     def get_incident(self, incident_id: str) -> Incident: ...  # pragma: no cover
 
+    def findings_for(self, incident_id: str) -> list[Finding]: ...  # pragma: no cover
+
     def list_incidents(
         self, *, state: IncidentState | str | None = None, limit: int = 100, offset: int = 0
     ) -> list[Incident]: ...  # pragma: no cover
@@ -137,9 +139,10 @@ class IncidentDesk:
     def recover(self, recovery: Recovery) -> Incident | None:
         """Resolve the open incident of a fault its detector saw end (announced with the reason); None when no
         incident with that fingerprint is open (it was an echo filed elsewhere, or a person resolved it). A
-        recovery with a lower severity than the incident's lowers it first (recorded), and the resolve event
-        says what it was."""
-        incident = self.store.find_open(recovery.fingerprint)
+        fault seen twice is one incident under the fingerprint seen first (the job's line "Raylet is terminated",
+        then Ray's node state): the end of the one seen second ends that incident too. A recovery with a lower
+        severity than the incident's lowers it first (recorded), and the resolve event says what it was."""
+        incident = self.store.find_open(recovery.fingerprint) or self._same_fault_under(recovery.fingerprint)
         if incident is None:
             return None
         was = None
@@ -148,6 +151,19 @@ class IncidentDesk:
             was = incident.severity
         return self.set_state(incident.id, IncidentState.RESOLVED, by=f"argus:{recovery.detector}",
                               reason=recovery.reason, severity_was=was)
+
+    def _same_fault_under(self, fingerprint: str) -> Incident | None:
+        """The open incident that took in the finding with `fingerprint` as the same fault: a finding of its own
+        category filed under it. An echo of another category ending (an NCCL error under a lost node) says nothing
+        of whether the root cause has."""
+        for state in (IncidentState.OPEN, IncidentState.MITIGATING):
+            for incident in self.store.list_incidents(state=state, limit=1000):
+                if fingerprint not in (incident.attrs.get("echoes") or []):
+                    continue
+                if any(f.fingerprint == fingerprint and f.category is incident.category
+                       for f in self.store.findings_for(incident.id)):
+                    return incident
+        return None
 
     def set_state(self, incident_id: str, state: IncidentState, *, by: str, reason: str = "",
                   severity_was: Severity | None = None) -> Incident:

@@ -8,7 +8,7 @@ from argus.incidents.correlate import Correlator
 from argus.incidents.desk import IncidentDesk
 from argus.pipeline import Pipeline
 from argus.store.store import Store
-from core.types import Category, Evidence, Finding, IncidentState, Subject, SubjectKind
+from core.types import Category, Evidence, Finding, IncidentState, Recovery, Subject, SubjectKind
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 
@@ -162,3 +162,28 @@ def test_a_fingerprint_once_absorbed_stays_with_its_incident(setup):
     assert [i.id for i in store.list_incidents(state=IncidentState.OPEN)] == [only.id]
     assert {f.reason for f in store.findings_for(only.id)} == {
         "RayletTerminatedUnexpectedly", "RayNodeDead", "NodeHealthCheckFailed"}
+
+
+def test_a_fault_seen_first_in_a_job_log_closes_when_the_node_state_says_it_ended(setup):
+    """The job's driver prints "(raylet) Raylet is terminated" a second before Ray marks the node DEAD: one
+    incident under the job's line, the node's finding filed into it. When the lost-node detector says the node's
+    fault ended (its jobs run again), that incident closes; an echo of another category ending closes nothing."""
+    store, replay, pipeline, _ = setup
+    replay.batches = [
+        [job_finding(Category.NODE_LOST, "job-e", "RayletTerminatedUnexpectedly")],
+        [node_lost("n4", ["job-e"])],
+        [job_finding(Category.NCCL_ERROR, "job-e", "NcclRemoteError")],
+    ]
+    [incident] = pipeline.run_once().opened
+    pipeline.run_once()
+    pipeline.run_once()
+    assert [i.id for i in store.list_incidents()] == [incident.id]
+    nccl = next(f for f in store.findings_for(incident.id) if f.reason == "NcclRemoteError")
+    node = next(f for f in store.findings_for(incident.id) if f.reason == "RayNodeDead")
+
+    assert pipeline.incidents.recover(Recovery(fingerprint=nccl.fingerprint, detector="x", reason="quiet")) is None
+    assert store.get_incident(incident.id).state is IncidentState.OPEN
+    closed = pipeline.incidents.recover(Recovery(fingerprint=node.fingerprint, detector="lost_node",
+                                                 reason="job-e is RUNNING again"))
+    assert closed is not None and closed.id == incident.id and closed.state is IncidentState.RESOLVED
+    assert closed.resolution == "by argus:lost_node: job-e is RUNNING again"
