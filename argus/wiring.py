@@ -99,8 +99,8 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: A
 def build_detectors(settings: Settings, metric_rules: MetricRuleSet, stall: StallDetector | None = None,
                     memory: DetectorMemory | None = None) -> list[Detector]:
     """`stall`: the stall detector to use (wiring keeps it to export each job's progress); a new one if None.
-    `memory`: where the stateful detectors (stall, idle GPU) keep their state across restarts, normally the
-    store's `detector_state`; None keeps it in this process only."""
+    `memory`: where the stateful detectors (stall, idle GPU, metric rules) keep their state across restarts,
+    normally the store's `detector_state`; None keeps it in this process only."""
     log_rules = load_rules(settings.rules_dirs)
     detectors: list[Detector] = [
         LostNodeDetector(lookback_s=settings.lost_node_lookback_s),
@@ -112,7 +112,7 @@ def build_detectors(settings: Settings, metric_rules: MetricRuleSet, stall: Stal
         DiskSpaceDetector(),
     ]
     if settings.prometheus_url:
-        detectors.append(MetricRuleDetector(metric_rules))
+        detectors.append(MetricRuleDetector(metric_rules, memory=memory))
     return detectors
 
 

@@ -24,6 +24,11 @@ evaluation for the whole duration before it fires, and starts over when it disap
 end as well: a firing (rule, subject) whose series are absent from every evaluation for `for` (with `for: 0`,
 from one evaluation) has ended, and its incident may close (`recoveries()`); one that comes back sooner was a
 blip of the same fault. An evaluation that did not happen (Prometheus down, the query rejected) is no absence.
+
+Across an Argus restart, with a `memory` (core.ports.DetectorMemory), each pending or firing (rule, subject) carries
+on (detectors/metric_rules_state.py): a restart is an evaluation outage like any other. A pending one fires once
+active for `for` since it first was, a firing one is not reported again, and one that has ended is told as a
+recovery after `for`, closing the incident the earlier process opened.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from loguru import logger
 
 from core import signal_keys
 from core.errors import RuleError
+from core.ports import DetectorMemory
 from core.types import (
     Category,
     Evidence,
@@ -49,12 +55,13 @@ from core.types import (
     Severity,
     Signal,
     SignalKind,
-    Subject,
     fingerprint_of,
     utcnow,
 )
 from detectors import xid as xid_catalog
 from detectors.alert_templates import go_float, render_template, template_problem
+from detectors.memory import SavedState, StateUnreadable
+from detectors.metric_rules_state import ActiveRule, memory_key, recalled, remembered
 from detectors.promql import bracket_problem
 from detectors.rule_files import RuleFile, RuleItem, rule_paths
 
@@ -253,15 +260,6 @@ def _build_rule(path: Path, node: yaml.Node, item: Any, group: str) -> MetricRul
 # --- the detector ----------------------------------------------------------------------------------
 
 
-@dataclass
-class _Active:
-    since: datetime
-    fired: bool = False
-    fingerprint: str = ""  # of the finding, once fired
-    subject: Subject | None = None
-    absent_since: datetime | None = None  # a fired one's series are missing from evaluations since then
-
-
 class MetricRuleDetector:
     """Turns the METRIC signals of MetricRuleCollector into findings, applying each rule's `for`.
 
@@ -274,11 +272,15 @@ class MetricRuleDetector:
     name = "metric_rules"
 
     def __init__(self, rules: MetricRuleSet | Sequence[MetricRule], *,
-                 clock: Callable[[], datetime] = utcnow) -> None:
+                 memory: DetectorMemory | None = None, clock: Callable[[], datetime] = utcnow) -> None:
+        """`memory`: where the pending and firing (rule, subject) pairs are kept across restarts (loaded here,
+        saved after each detect); None keeps them in this process only."""
         self.rules = rules if isinstance(rules, MetricRuleSet) else MetricRuleSet(rules)
         self._clock = clock
-        self._active: dict[tuple[str, str], _Active] = {}
+        self._active: dict[tuple[str, str], ActiveRule] = {}
         self._recovered: list[Recovery] = []
+        self._saved = SavedState(memory, self.name)
+        self._recall()
 
     def detect(self, signals: Sequence[Signal]) -> list[Finding]:
         now = self._clock()
@@ -301,19 +303,50 @@ class MetricRuleDetector:
         for key, series in current.items():
             rule = self.rules.get(key[0])
             assert rule is not None  # filtered above
-            state = self._active.setdefault(key, _Active(since=now))
+            state = self._active.setdefault(key, ActiveRule(since=now))
             state.absent_since = None  # back before it had cleared: the same episode goes on
             if state.fired or (now - state.since).total_seconds() < rule.for_s:
                 continue
             finding = self._finding(rule, series, state.since, now)
             state.fired, state.fingerprint, state.subject = True, finding.fingerprint, finding.subject
             findings.append(finding)
+        self._remember()
         return findings
 
     def recoveries(self) -> list[Recovery]:
         """The firing (rule, subject) pairs that have been absent for their rule's `for` since the last call."""
         done, self._recovered = self._recovered, []
         return done
+
+    # -- memory across restarts (detectors/metric_rules_state.py) ---------------------------------------------
+
+    def _recall(self) -> None:
+        """The pairs remembered from before a restart, for the rules still in the set (a pair of a rule no longer
+        loaded is forgotten: nothing will evaluate it again)."""
+        for key, value in self._saved.load().items():
+            try:
+                pair, state = recalled(key, value)
+            except StateUnreadable as err:
+                logger.warning("metric rule detector: the remembered state of {} is unreadable ({}): it starts fresh",
+                               key, err)
+                self._saved.forget_loaded(key)
+                continue
+            if self.rules.get(pair[0]) is None:
+                if state.fired:  # no recovery will come for it: the incident is a person's to close
+                    logger.warning("metric rule {} is no longer loaded: its firing state on {} is forgotten, and "
+                                   "incident {} stays open until closed by hand", pair[0], pair[1], state.fingerprint)
+                self._saved.forget_loaded(key)
+                continue
+            self._active[pair] = state
+        if self._active:
+            logger.info("metric rule detector remembers {} pending or firing rule(s) from before the restart",
+                        len(self._active))
+
+    def _remember(self) -> None:
+        """Save the pairs as they are after this tick (only what changed is written); forget the ended ones."""
+        values: dict[str, dict[str, Any] | None] = dict.fromkeys(self._saved.keys())
+        values.update((memory_key(*pair), remembered(*pair, state)) for pair, state in self._active.items())
+        self._saved.save(values)
 
     def _absent(self, key: tuple[str, str], now: datetime) -> None:
         state = self._active[key]

@@ -1,4 +1,4 @@
-"""The stall and idle-GPU detectors across an Argus restart: their state saved in a real SQLite store (the
+"""The stall, idle-GPU and metric-rule detectors across an Argus restart: their state saved in a real SQLite store (the
 `store` fixture) and loaded by a new detector on a new Store over the same file, with a hand-moved clock.
 
 Each restart test also runs a detector without memory on the same signals: it must miss what the remembering
@@ -12,12 +12,16 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from loguru import logger
 
 from argus.store.store import Store
 from core.types import Category
 from detectors.idle_gpu import IdleGpuDetector
+from detectors.metric_rules import MetricRuleDetector, MetricRuleSet
 from detectors.stall import StallDetector
 from tests.detectors.test_idle_gpu import W1, W2, idle_polls, job, node_util, poll, snapshot
+from tests.detectors.test_metric_rules import GOOD, evaluated, fire_hot_gpu, gpu, series, write
+from tests.detectors.test_metric_rules import Clock as RuleClock
 from tests.detectors.test_stall import JOB, T0, Log, job_state, run_steps
 from tests.support import Clock
 
@@ -218,3 +222,166 @@ def test_an_unreadable_idle_episode_starts_fresh(db, stores) -> None:
     assert idle_polls(after, clock, 20) == []
     [finding] = idle_polls(after, clock, 1)
     assert finding.first_seen == T0
+
+
+# -- metric rules -----------------------------------------------------------------------------------------------
+
+HOT = [evaluated("HotGpu"), series("HotGpu", 95, gpu())]  # HotGpu (for: 2m) active on GPU-1
+COOL = [evaluated("HotGpu", 0)]  # HotGpu evaluated, no series: absent
+HOT_KEY = "HotGpu/gpu:GPU-1"
+
+
+@pytest.fixture
+def rules(tmp_path) -> MetricRuleSet:
+    return MetricRuleSet.load([write(tmp_path, GOOD)])
+
+
+@pytest.fixture
+def warnings() -> Iterator[list[str]]:
+    seen: list[str] = []
+    handler = logger.add(lambda m: seen.append(str(m)), level="WARNING", format="{message}")
+    yield seen
+    logger.remove(handler)
+
+
+def metric(rules: MetricRuleSet, clock: RuleClock, store: Store | None) -> MetricRuleDetector:
+    return MetricRuleDetector(rules, clock=clock, memory=None if store is None else store.detector_state)
+
+
+def test_a_rule_firing_before_a_restart_that_ends_after_it_recovers_under_the_same_fingerprint(
+        db, stores, rules) -> None:
+    clock = RuleClock()
+    [reported] = fire_hot_gpu(metric(rules, clock, restart(db, stores)), clock, gpu())
+
+    after, forgetful = metric(rules, clock, restart(db, stores)), metric(rules, clock, None)
+    clock.advance(30)
+    assert after.detect(COOL) == [] and forgetful.detect(COOL) == []  # absent from here
+    clock.advance(119)
+    after.detect(COOL)
+    assert after.recoveries() == []  # absent for less than its `for`
+    clock.advance(1)
+    after.detect(COOL)
+    forgetful.detect(COOL)
+    [recovery] = after.recoveries()
+    assert forgetful.recoveries() == []  # without memory the incident would stay open forever
+    assert recovery.fingerprint == reported.fingerprint and recovery.detector == "metric_rules"
+    assert "no longer holds for n1/gpu1" in recovery.reason  # the subject remembered, named as it was reported
+    assert restart(db, stores).detector_state.load_all("metric_rules") == {}  # the ended episode is forgotten
+
+
+def test_an_absence_begun_before_a_restart_counts_from_when_it_began(db, stores, rules) -> None:
+    clock = RuleClock()
+    before = metric(rules, clock, restart(db, stores))
+    [reported] = fire_hot_gpu(before, clock, gpu())
+    clock.advance(30)
+    before.detect(COOL)  # absent from 00:02:30
+    clock.advance(60)
+
+    after = metric(rules, clock, restart(db, stores))
+    after.detect(COOL)
+    assert after.recoveries() == []
+    clock.advance(60)  # 120 s after the absence began before the restart, 60 s after the restart
+    after.detect(COOL)
+    [recovery] = after.recoveries()
+    assert recovery.fingerprint == reported.fingerprint and "since 2026-01-01 00:02:30 UTC" in recovery.reason
+
+
+def test_a_rule_still_firing_after_a_restart_is_not_reported_again(db, stores, rules) -> None:
+    clock = RuleClock()
+    memory = CountingMemory(restart(db, stores))
+    fire_hot_gpu(MetricRuleDetector(rules, clock=clock, memory=memory), clock, gpu())
+    assert [list(s) for s in memory.saves] == [[HOT_KEY], [HOT_KEY]]  # pending, then fired
+
+    memory = CountingMemory(restart(db, stores))
+    after, forgetful = MetricRuleDetector(rules, clock=clock, memory=memory), metric(rules, clock, None)
+    again: list[object] = []
+    for _ in range(10):  # five minutes more of the same fault
+        clock.advance(30)
+        assert after.detect(HOT) == []
+        again += forgetful.detect(HOT)
+    assert len(again) == 1  # without memory it would be reported a second time
+    assert memory.saves == []  # nothing changed: nothing written
+    assert after.pending() == {("HotGpu", "gpu:GPU-1"): clock.now - timedelta(seconds=420)}
+    assert after.recoveries() == []
+
+
+def test_a_pending_rule_keeps_its_since_across_a_restart(db, stores, rules) -> None:
+    clock = RuleClock()
+    start = clock.now
+    assert metric(rules, clock, restart(db, stores)).detect(HOT) == []  # pending from `start`
+    clock.advance(60)
+
+    after, forgetful = metric(rules, clock, restart(db, stores)), metric(rules, clock, None)
+    assert after.detect(HOT) == [] and forgetful.detect(HOT) == []
+    clock.advance(60)
+    assert forgetful.detect(HOT) == []  # without memory it counts its `for` from the restart
+    [finding] = after.detect(HOT)  # active for 2m since before the restart
+    assert finding.first_seen == start and finding.reason == "HotGpu"
+
+
+def test_unreadable_metric_rule_state_starts_fresh_with_a_warning(db, stores, rules, warnings) -> None:
+    clock = RuleClock()
+    first = restart(db, stores)
+    fire_hot_gpu(metric(rules, clock, first), clock, gpu())
+    good = first.detector_state.load_all("metric_rules")[HOT_KEY]
+    first.detector_state.save("metric_rules", {
+        "HotGpu/gpu:GPU-2": {**good, "subject_key": "gpu:GPU-2", "since": "yesterday"},
+        "HotGpu/gpu:GPU-3": {**good, "subject_key": "gpu:GPU-3", "fired": "yes"},
+        "HotGpu/gpu:GPU-4": {**good, "subject_key": "gpu:GPU-4", "subject": {"kind": "gpu"}},
+        "HotGpu/gpu:GPU-5": {**good, "subject_key": "gpu:GPU-5"},  # its subject is GPU-1's
+        "HotGpu/gpu:GPU-6": good,  # GPU-1's state under another key
+        "HotGpu/gpu:GPU-7": {**good, "v": 2},
+        "XidNow/gpu:GPU-8": {**good, "reason": "XidNow", "subject_key": "gpu:GPU-8", "since": "2026-01-01T00:00:00"},
+    })
+
+    second = restart(db, stores)
+    after = metric(rules, clock, second)  # refuses seven keys' state, keeps the good one, raises nothing
+    why = {"GPU-2": "'yesterday' is not an ISO time", "GPU-3": "fired is 'yes'", "GPU-4": "subject is unreadable",
+           "GPU-5": "subject gpu:GPU-1 is not gpu:GPU-5", "GPU-6": "saved under another key",
+           "GPU-7": "format version 2", "GPU-8": "has no time zone"}
+    assert len(warnings) == 7 and all("starts fresh" in w for w in warnings)
+    for gpu_id, fragment in why.items():
+        assert any(f"gpu:{gpu_id} is unreadable" in w and fragment in w for w in warnings), gpu_id
+    assert after.pending() == {("HotGpu", "gpu:GPU-1"): clock.now - timedelta(seconds=120)}
+    clock.advance(30)
+    signals = [evaluated("HotGpu", 7), *(series("HotGpu", 95, gpu(f"GPU-{n}")) for n in range(1, 8))]
+    assert after.detect(signals) == []  # GPU-1 still firing; the others pending afresh from now
+    assert set(second.detector_state.load_all("metric_rules")) == {f"HotGpu/gpu:GPU-{n}" for n in range(1, 8)}
+    assert second.detector_state.load_all("metric_rules")["HotGpu/gpu:GPU-2"]["since"] == clock.now.isoformat()
+
+
+def test_a_remembered_pair_of_a_rule_no_longer_loaded_is_forgotten(db, stores, rules, warnings) -> None:
+    clock = RuleClock()
+    xid_now = [evaluated("XidNow"), series("XidNow", 79, gpu("GPU-2"))]
+    before = metric(rules, clock, restart(db, stores))
+    fire_hot_gpu(before, clock, gpu())
+    assert len(before.detect(xid_now)) == 1  # XidNow (for: 0s) fires at once
+
+    second = restart(db, stores)
+    without_hot = MetricRuleSet([r for r in rules if r.reason != "HotGpu"])
+    after = metric(without_hot, clock, second)
+    assert any("HotGpu is no longer loaded" in w for w in warnings)
+    assert list(after.pending()) == [("XidNow", "gpu:GPU-2")]
+    assert after.detect(xid_now) == []  # the rule still loaded goes on firing, not reported again
+    assert list(second.detector_state.load_all("metric_rules")) == ["XidNow/gpu:GPU-2"]
+
+    back = metric(rules, clock, restart(db, stores))  # HotGpu loaded again: it starts over, pending for 2m
+    assert back.detect(HOT) == []
+    assert back.pending()[("HotGpu", "gpu:GPU-1")] == clock.now
+
+
+def test_a_subject_too_long_for_a_memory_key_is_remembered_under_a_digest(db, stores, rules) -> None:
+    clock = RuleClock()
+    odd = gpu("GPU-" + "x" * 600)  # a subject id past the store's 512-character keys
+    [reported] = fire_hot_gpu(metric(rules, clock, restart(db, stores)), clock, odd)
+    [key] = stores[-1].detector_state.load_all("metric_rules")
+    assert key.startswith("HotGpu/sha256:") and len(key) < 100
+
+    after = metric(rules, clock, restart(db, stores))
+    assert after.detect([evaluated("HotGpu"), series("HotGpu", 95, odd)]) == []  # still firing, known
+    clock.advance(30)
+    after.detect(COOL)
+    clock.advance(120)
+    after.detect(COOL)
+    [recovery] = after.recoveries()
+    assert recovery.fingerprint == reported.fingerprint
