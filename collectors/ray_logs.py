@@ -24,7 +24,11 @@ truncated. Files that returned nothing are polled less often (back-off up to `id
 most `max_reads_per_poll` reads run per poll, at most `file_budget_bytes` each. Job driver logs are
 found from the Jobs API (`driver_node_id`), so a new job's driver log is read on the next poll without
 waiting for the next listing. A DEAD or vanished node is reported once and its files dropped: its logs
-are gone with it. A rotated Ray file's unread tail (what was written since the last poll before the
+are gone with it, unless the node comes back: a raylet restarted on the same host (`ray stop; ray start`, a
+rebooted node with a kept /tmp/ray) joins under a new node id but writes into the same session's log folder, old
+workers' files and all. So a dropped node's offsets are kept by its IP (`rejoin_memory_s`, a week) and a file of a
+new node at that IP whose name and last-read bytes match goes on from where it was read: old lines are not read
+again as news. A file whose bytes do not match is a new one, read from 0 as first seen. A rotated Ray file's unread tail (what was written since the last poll before the
 rotation) is not read; Ray rotates at 512 MB by default, so this is rare and small.
 
 A file with no saved offset is read from 0 and what it held then (the total in the first answer's
@@ -105,6 +109,7 @@ class _ReadResult:
     state: dict[str, Any] | None = None
     gone: bool = False
     error: str | None = None
+    carried: bool = False  # its state was a node's that left, at the same IP (the node came back)
 
 
 class RayLogsCollector:
@@ -125,12 +130,14 @@ class RayLogsCollector:
         idle_backoff_max_s: float = 30.0,
         workers: int = 8,
         history_window_s: float = 900.0,
+        rejoin_memory_s: float = 7 * 86400.0,
         log_zone: tzinfo | None = None,
         clock: Callable[[], datetime] = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """`history_window_s`: a backlog line written longer ago than this is history (Settings.history_window_s);
-        `log_zone`: the zone of log stamps that name none, by default this host's."""
+        `log_zone`: the zone of log stamps that name none, by default this host's; `rejoin_memory_s`: how long a
+        dropped node's offsets wait for a node at its IP (see the module docstring)."""
         self.dashboard_url = dashboard_url.rstrip("/")
         self.offsets = offsets
         self.timeout_s = timeout_s
@@ -139,6 +146,7 @@ class RayLogsCollector:
         self.max_reads_per_poll = max_reads_per_poll
         self.list_interval_s = list_interval_s
         self.idle_backoff_max_s = idle_backoff_max_s
+        self.rejoin_memory_s = rejoin_memory_s
         self._clock = clock
         self._now = monotonic
         self.history = HistoryMarker(history_window_s, clock=clock, tz=log_zone)
@@ -208,9 +216,23 @@ class RayLogsCollector:
         for name in names:
             self._files.pop((node.node_id, name), None)
         prefix = f"ray:{node.node_id}:"
-        for key in self.offsets.keys():
+        left_at = self._clock().timestamp()
+        for key in list(self.offsets.keys()):
             if key.startswith(prefix):
+                state = self.offsets.get(key)
                 self.offsets.discard(key)
+                if state is not None and node.ip:
+                    self.offsets.set(_left_key(node.ip, key[len(prefix):]), dict(state, left_at=left_at))
+        self._forget_left(left_at)
+
+    def _forget_left(self, now: float) -> None:
+        """Drop the offsets of nodes that left longer than `rejoin_memory_s` ago."""
+        for key in list(self.offsets.keys()):
+            if key.startswith(_LEFT):
+                state = self.offsets.get(key) or {}
+                left_at = state.get("left_at")
+                if not isinstance(left_at, (int, float)) or now - left_at > self.rejoin_memory_s:
+                    self.offsets.discard(key)
 
     def _refresh_jobs(self) -> None:
         try:
@@ -258,14 +280,19 @@ class RayLogsCollector:
             return _ReadResult(file, error="node has no agent port")
         key = f"ray:{file.node_id}:{file.name}"
         saved = self.offsets.get(key)
-        state = saved or _fresh(first_sight=True)
+        carried = None
+        if saved is None and node.ip:  # a node that left and came back at this IP: its file as it was read then
+            carried = self.offsets.get(_left_key(node.ip, file.name))
+        state = saved or ({k: v for k, v in carried.items() if k != "left_at"} if carried else _fresh(first_sight=True))
         url = f"http://{node.ip}:{node.agent_port}/logs/{quote(file.name)}"
         try:
             for _ in range(2):  # a second pass only after finding the file rotated or truncated
                 result = self._read_range(url, file, state)
                 if result is not None:
+                    result.carried = carried is not None
                     return result
-                state = _fresh()
+                # rotated or truncated since we read it; one carried from a node that left is a file we do not know
+                state = _fresh(first_sight=carried is not None)
         except httpx.HTTPError as exc:
             return _ReadResult(file, error=cause_of(exc))
         return _ReadResult(file, error="file keeps changing under the reader")
@@ -358,6 +385,9 @@ class RayLogsCollector:
                 result.state["backlog_at"] = last.isoformat() if last else None
         if result.state is not None:
             self.offsets.set(key, result.state)
+            node = self._nodes.get(file.node_id)
+            if result.carried and node is not None and node.ip:  # it is this node's file now
+                self.offsets.discard(_left_key(node.ip, file.name))
         if not result.lines:
             self._back_off(file, now)
             return []
@@ -393,6 +423,14 @@ class RayLogsCollector:
             job_id = worker.group(1)
             return Subject(kind=SubjectKind.JOB, id=self._jobs.get(job_id, job_id))
         return Subject(kind=SubjectKind.NODE, id=file.node_id, name=ip)
+
+
+_LEFT = "ray-left:"
+
+
+def _left_key(ip: str, name: str) -> str:
+    """Where a dropped node's offset of file `name` waits for a node at its IP."""
+    return f"{_LEFT}{ip}:{name}"
 
 
 def _fresh(*, first_sight: bool = False) -> dict[str, Any]:

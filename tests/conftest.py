@@ -178,8 +178,8 @@ class RayFaults:
         self.killed.append(i)
         return self.cluster.kill_worker(i, sig)
 
-    def restart_worker(self, i: int) -> RayNode:
-        node = self.cluster.restart_worker(i, timeout=120)
+    def restart_worker(self, i: int, *, in_place: bool = False) -> RayNode:
+        node = self.cluster.restart_worker(i, timeout=120, in_place=in_place)
         self.killed = [k for k in self.killed if k != i]
         return node
 

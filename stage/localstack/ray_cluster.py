@@ -290,11 +290,12 @@ class RayCluster:
         proc.start()
         self._wait_alive(self.head, deadline)
 
-    def _spawn_worker(self, i: int, ip: str, env: Mapping[str, str] | None = None) -> RayNode:
+    def _spawn_worker(self, i: int, ip: str, env: Mapping[str, str] | None = None,
+                      temp_dir: Path | None = None) -> RayNode:
         assert self._temp_root is not None and self.ray_bin is not None
         metrics, agent = free_port(min_port=_METRICS_MIN_PORT), free_port()
         suffix = f"r{self._restarts}" if self._restarts else ""
-        temp_dir = self._temp_root / f"w{i}{suffix}"
+        temp_dir = temp_dir or self._temp_root / f"w{i}{suffix}"
         argv = [
             self.ray_bin, "start", "--block", "--disable-usage-stats",
             f"--address={self.gcs_address}",
@@ -341,15 +342,18 @@ class RayCluster:
         logger.info("sent signal {} to raylet pid={} of worker{} node_id={}", sig, pid, i, node.node_id)
         return killed_at
 
-    def restart_worker(self, i: int, timeout: float = 60.0, *, env: Mapping[str, str] | None = None) -> RayNode:
+    def restart_worker(self, i: int, timeout: float = 60.0, *, env: Mapping[str, str] | None = None,
+                       in_place: bool = False) -> RayNode:
         """Replace worker i by a fresh `ray start` (new temp dir, new node id); return it once ALIVE.
 
-        `env` is added to worker_env for this one node (e.g. a lowered RAY_memory_usage_threshold)."""
+        `env` is added to worker_env for this one node (e.g. a lowered RAY_memory_usage_threshold). `in_place`: in
+        the old temp dir, as a host restarted without a reboot: the new node writes into the same log folder,
+        beside its predecessor's files."""
         old = self.worker(i)
         old.process.stop(grace=5.0)
         with self._lock:
             self._restarts += 1
-            node = self._spawn_worker(i, old.ip, env=env)
+            node = self._spawn_worker(i, old.ip, env=env, temp_dir=old.temp_dir if in_place else None)
         try:
             self._wait_alive(node, time.monotonic() + timeout)
         except BaseException:

@@ -183,3 +183,46 @@ def test_a_dead_node_is_reported_not_raised(ray_cluster, ray_faults, tmp_path: P
         assert not [key for key in collector.offsets.keys() if dead_id in key]
     finally:
         collector.close()
+
+
+def test_a_node_restarted_in_place_goes_on_where_its_files_were_read(ray_cluster, ray_faults, tmp_path: Path) -> None:
+    """A raylet restarted on the same host (no reboot) is a new Ray node writing into the same log folder, beside
+    its predecessor's worker files: those are read on from where they were, not again from their first line."""
+    worker1 = ray_cluster.worker(1)
+    name = f"worker-{'cd' * 28}-ffffffff-{os.getpid()}.out"
+    path = worker1.log_dir() / name
+    collector = RayLogsCollector(ray_cluster.dashboard_url, OffsetStore(tmp_path / "offsets.json"),
+                                 list_interval_s=0, idle_backoff_max_s=0)
+
+    def mine(signals):
+        return [(x.line, x.text) for x in signals if x.attrs["file"] == name]
+
+    try:
+        path.write_text("CUDA out of memory, read before the restart\nsecond\n")
+        seen = poll_until("the test's worker file", collector, lambda s: len(mine(s)) == 2)
+        assert mine(seen) == [(1, "CUDA out of memory, read before the restart"), (2, "second")]
+        dead_id = worker1.node_id
+        ray_faults.kill_worker(1)
+        ray_cluster.wait_node_state(dead_id, "DEAD", timeout=60)
+        deadline = time.monotonic() + 60
+        while [key for key in collector._files if key[0] == dead_id]:
+            assert time.monotonic() < deadline, "the collector kept the dead node's files for 60 s"
+            collector.collect()
+            time.sleep(0.5)
+
+        again = ray_faults.restart_worker(1, in_place=True)
+        assert again.node_id != dead_id and again.log_dir() == path.parent
+        with open(path, "a") as f:
+            f.write("third, after the restart\n")
+        fresh = again.log_dir() / f"worker-{'ef' * 28}-ffffffff-{os.getpid()}.out"
+        fresh.write_text("a new worker's first line\n")
+        seen = poll_until("both files on the restarted node", collector,
+                          lambda s: any(x.attrs["file"] == fresh.name for x in s) and mine(s))
+        assert mine(seen) == [(3, "third, after the restart")]
+        assert [(x.line, x.text) for x in seen if x.attrs["file"] == fresh.name] == [(1, "a new worker's first line")]
+        assert {x.attrs["node_id"] for x in seen if x.attrs["file"] == name} == {again.node_id}
+        assert not [key for key in collector.offsets.keys() if key.startswith("ray-left:") and key.endswith(name)]
+    finally:
+        collector.close()
+        for p in (path, path.parent / f"worker-{'ef' * 28}-ffffffff-{os.getpid()}.out"):
+            p.unlink(missing_ok=True)
