@@ -1,8 +1,8 @@
 """What happens to an incident, as one value that every subscriber receives.
 
 The kinds are the moments people and tools care about: an incident was opened, its state changed (updated), it
-was resolved, its report is ready, remediation planned its steps, or some of them wait for a person. Each event carries the
-incident as it was at that moment, so a subscriber that runs later still tells the truth about that moment.
+was resolved, its report is ready, remediation planned its steps, or some of them wait for a person. Each event
+carries the incident as it was at that moment, so a subscriber that runs later still tells the truth about that moment.
 """
 
 from __future__ import annotations

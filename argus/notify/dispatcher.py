@@ -20,9 +20,9 @@ Per channel ("lane"):
 - First message: a new incident's "opened" waits for its report and its plan (the steps that wait for approval),
   which come a moment later from their own workers, and tells them in one message. It leaves as soon as all it
   awaits is in (`awaits`: "report_ready", "planned"; the plan is known even when nothing waits, `notify_planned`),
-  at the latest after `first_message_wait_s` (Settings) (each recorded as delivered with it, "folded_into" the opening). What comes later, or while an opening waits in a
-  digest, is folded the same way while it can be; after that it is told on its own. A group hears a fault twice:
-  when it opens and when it is resolved.
+  at the latest after `first_message_wait_s` (Settings) (each recorded as delivered with it, "folded_into" the
+  opening). What comes later, or while an opening waits in a digest, is folded the same way while it can be;
+  after that it is told on its own. A group hears a fault twice: when it opens and when it is resolved.
 - Failures: `argus.notify.delivery.deliver` retries 429/5xx/platform codes with backoff; a channel whose delivery
   failed is left alone for `cooldown_s` (its events fold into the digest) so a dead receiver costs the loop one
   retry sequence, not one per incident.
@@ -143,8 +143,8 @@ class _Lane:
     down_until: float = 0.0
 
     def queued(self, key: str) -> bool:
-        return any(key in p.keys for p in self.pending) or any(key in o.pending.keys for o in self.first.values()) or any(
-            key in h.latest.keys or any(key in e.keys for e in h.earlier) for h in self.held.values())
+        return (any(key in p.keys for p in self.pending) or any(key in o.pending.keys for o in self.first.values())
+                or any(key in h.latest.keys or any(key in e.keys for e in h.earlier) for h in self.held.values()))
 
     def opening_of(self, incident_id: str) -> _Pending | None:
         """The incident's opening message if it has not left yet: waiting for its report, or in a digest to come."""
