@@ -29,7 +29,8 @@ rebooted node with a kept /tmp/ray) joins under a new node id but writes into th
 workers' files and all. So a dropped node's offsets are kept by its IP (`rejoin_memory_s`, a week) and a file of a
 new node at that IP whose name and last-read bytes match goes on from where it was read: old lines are not read
 again as news. A file whose bytes do not match is a new one, read from 0 as first seen. A rotated Ray file's
-unread tail (what was written since the last poll before the rotation) is not read; Ray rotates at 512 MB by default, so this is rare and small.
+unread tail (what was written since the last poll before the rotation) is not read; Ray rotates at 512 MB by
+default, so this is rare and small.
 
 A file with no saved offset is read from 0 and what it held then (the total in the first answer's
 Content-Range) is its backlog: those lines are dated, by their own stamps or the agent's Last-Modified, and the
