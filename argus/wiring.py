@@ -99,12 +99,12 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: A
 def build_detectors(settings: Settings, metric_rules: MetricRuleSet, stall: StallDetector | None = None,
                     memory: DetectorMemory | None = None) -> list[Detector]:
     """`stall`: the stall detector to use (wiring keeps it to export each job's progress); a new one if None.
-    `memory`: where the stateful detectors (stall, idle GPU, metric rules) keep their state across restarts,
+    `memory`: where the stateful detectors (stall, idle GPU, metric rules, log rules) keep their state across restarts,
     normally the store's `detector_state`; None keeps it in this process only."""
     log_rules = load_rules(settings.rules_dirs)
     detectors: list[Detector] = [
         LostNodeDetector(lookback_s=settings.lost_node_lookback_s),
-        LogRuleDetector(log_rules),
+        LogRuleDetector(log_rules, memory=memory),
         JobFailureDetector(log_rules),
         stall or build_stall_detector(settings, memory),
         IdleGpuDetector(threshold_pct=settings.idle_gpu_threshold_pct, window_s=settings.idle_gpu_window_s,

@@ -23,6 +23,12 @@ rule set's combined prefilter, so a line that matches nothing costs one regex se
 - An error that did not end its job is a warning: when a job's state turns SUCCEEDED, the findings its own log
   lines opened end as recoveries (`recoveries()`) that close their incidents at severity warning, naming the
   line. An error line of a job already SUCCEEDED when it is read is filed at warning and closed the same way.
+- Restarts: with a `memory` (core.ports.DetectorMemory), the findings each job's lines opened are saved after every
+  detect that changed them and loaded at construction (detectors/log_rules_state.py), so a job that succeeds after
+  an Argus restart still closes the incidents its lines opened before it. The jobs' last statuses are not saved:
+  Ray lists finished jobs on every poll, so the first poll after a restart says SUCCEEDED again. A line of a
+  succeeded job judged before any poll said so (Ray not answering) opens its finding at its rule's severity, kept
+  like any other, and the first poll that says SUCCEEDED closes it.
 
 State is bounded: a few lines of context per file for the most recent `max_sources` files, a few
 temporary matches for the most recent `max_subjects` subjects, the last status and the reported findings of
@@ -38,7 +44,10 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from loguru import logger
+
 from core import signal_keys as keys
+from core.ports import DetectorMemory
 from core.types import (
     Category,
     Evidence,
@@ -52,6 +61,8 @@ from core.types import (
     utcnow,
 )
 from detectors.engine import ANY_SOURCE, LogRule, RuleSet
+from detectors.log_rules_state import OpenFinding, recalled, remembered
+from detectors.memory import SavedState, StateUnreadable, job_key
 from detectors.named_node import NODE_SCOPED, NamedNode, node_named_in
 from detectors.timestamps import parse_iso
 
@@ -59,16 +70,20 @@ SUCCEEDED = "SUCCEEDED"  # Ray's JobStatus for a job whose entrypoint exited 0
 
 
 class _Lru(OrderedDict):
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, on_evict: Callable[[Any], None] | None = None) -> None:
+        """`on_evict`: told each key let go past `cap` (to forget it where it was saved)."""
         super().__init__()
         self.cap = cap
+        self.on_evict = on_evict
 
     def touch(self, key: Any, factory: Callable[[], Any]) -> Any:
         value = self.get(key)
         if value is None:
             value = self[key] = factory()
             while len(self) > self.cap:
-                self.popitem(last=False)
+                evicted, _ = self.popitem(last=False)
+                if self.on_evict is not None:
+                    self.on_evict(evicted)
         else:
             self.move_to_end(key)
         return value
@@ -87,8 +102,11 @@ class LogRuleDetector:
         max_sources: int = 4096,
         max_subjects: int = 4096,
         max_reported: int = 100_000,
+        memory: DetectorMemory | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
+        """`memory`: where the findings waiting for their job's outcome are kept across restarts (loaded here, saved
+        after each detect); None keeps them in this process only."""
         self.rules = rules
         self.context_lines = context_lines
         self.evidence_chars = evidence_chars
@@ -99,8 +117,12 @@ class LogRuleDetector:
         self._temporary: _Lru = _Lru(max_subjects)  # subject key -> deque of (rule, signal)
         self._reported: _Lru = _Lru(max_reported)  # (subject key, category) -> True
         self._status: _Lru = _Lru(max_subjects)  # job id -> its last status, from JOB_STATE
-        self._by_job: _Lru = _Lru(max_subjects)  # job id -> [finding] reported from its own lines, still open
+        self._changed: set[str] = set()  # jobs whose open findings may differ from what was saved
+        # job id -> [OpenFinding] reported from its own lines, still open
+        self._by_job: _Lru = _Lru(max_subjects, on_evict=self._changed.add)
         self._recovered: list[Recovery] = []
+        self._saved = SavedState(memory, self.name)
+        self._recall()
 
     def _rules_for(self, stream: str) -> RuleSet:
         rules = self._by_stream.get(stream)
@@ -124,6 +146,7 @@ class LogRuleDetector:
                     if finding is not None:
                         findings.append(self._judged_by_outcome(finding))
             context.append(signal)
+        self._remember()
         return findings
 
     def recoveries(self) -> list[Recovery]:
@@ -138,9 +161,10 @@ class LogRuleDetector:
         status = str(signal.attrs.get(keys.STATUS) or "")
         self._status.touch(job_id, lambda: status)
         self._status[job_id] = status
-        if status == SUCCEEDED:
-            for finding in self._by_job.pop(job_id, None) or ():
-                self._recover(finding, job_id)
+        if status == SUCCEEDED and job_id in self._by_job:
+            self._changed.add(job_id)
+            for kept in self._by_job.pop(job_id):
+                self._recover(kept, job_id)
 
     def _judged_by_outcome(self, finding: Finding) -> Finding:
         """Keep a job's finding to close when the job succeeds; one already SUCCEEDED is a warning, closed now."""
@@ -148,26 +172,64 @@ class LogRuleDetector:
             return finding
         job_id = finding.subject.id
         if self._status.get(job_id) != SUCCEEDED:
-            self._by_job.touch(job_id, list).append(finding)
+            self._keep(job_id, OpenFinding.of(finding))
             return finding
         if finding.severity.rank > Severity.WARNING.rank:
             finding = finding.model_copy(update={
                 "severity": Severity.WARNING,
                 "summary": f"{finding.summary} (job {job_id} went on to succeed: a warning)",
             })
-        self._recover(finding, job_id)
+        self._recover(OpenFinding.of(finding), job_id)
         return finding
 
-    def _recover(self, finding: Finding, job_id: str) -> None:
-        where = f"{finding.attrs.get('file')}:{finding.attrs.get('line')}"
+    def _keep(self, job_id: str, finding: OpenFinding) -> None:
+        kept: list[OpenFinding] = self._by_job.touch(job_id, list)
+        # The same fault reported again (after a restart, which forgets what was reported) is one incident, one close.
+        if all(k.fingerprint != finding.fingerprint for k in kept):
+            kept.append(finding)
+            self._changed.add(job_id)
+
+    def _recover(self, finding: OpenFinding, job_id: str) -> None:
         self._recovered.append(Recovery(
             fingerprint=finding.fingerprint,
-            reason=f"job {job_id} SUCCEEDED: the error at {where} did not end it",
+            reason=f"job {job_id} SUCCEEDED: the error at {finding.file}:{finding.line} did not end it",
             detector=self.name,
             observed_at=self._clock(),
             severity=min(finding.severity, Severity.WARNING, key=lambda s: s.rank),
         ))
-        self._reported.pop((finding.subject.key(), finding.category), None)  # a new run's fault is news again
+        job = Subject(kind=SubjectKind.JOB, id=job_id)
+        self._reported.pop((job.key(), finding.category), None)  # a new run's fault is news again
+
+    # -- memory across restarts (detectors/log_rules_state.py) -------------------------------------------------
+
+    def _recall(self) -> None:
+        """The jobs' open findings remembered from before a restart: of the readable ones, those of the jobs
+        reported to most recently, as many as the bound keeps (the others are forgotten, as if evicted)."""
+        readable: list[tuple[str, str, list[OpenFinding]]] = []
+        for key, value in self._saved.load().items():
+            try:
+                job_id, kept = recalled(key, value)
+            except StateUnreadable as err:
+                logger.warning("log rule detector: the remembered findings of job {} are unreadable ({}): it starts "
+                               "fresh", key, err)
+                self._saved.forget_loaded(key)
+                continue
+            readable.append((key, job_id, kept))
+        readable.sort(key=lambda item: max(f.reported_at for f in item[2]))
+        over = max(0, len(readable) - self._by_job.cap)
+        for key, _, _ in readable[:over]:
+            self._saved.forget_loaded(key)
+        for _, job_id, kept in readable[over:]:
+            self._by_job[job_id] = kept
+        if self._by_job:
+            logger.info("log rule detector remembers the open findings of {} job(s) from before the restart",
+                        len(self._by_job))
+
+    def _remember(self) -> None:
+        """Save the jobs whose open findings changed this tick: one write at most, none when nothing changed."""
+        changed, self._changed = self._changed, set()
+        self._saved.save({job_key(job_id): remembered(job_id, self._by_job.get(job_id) or [])
+                          for job_id in changed})
 
     def _on_match(self, signal: Signal, matched: list[LogRule], context: tuple[Signal, ...]) -> Finding | None:
         permanent = [r for r in matched if r.permanent]

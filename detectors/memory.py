@@ -10,6 +10,7 @@ the detector starts that key fresh.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -18,6 +19,9 @@ from loguru import logger
 
 from core.errors import ArgusError, InputError
 from core.ports import DetectorMemory
+
+# Well under the store's key column (SUBJECT_ID_MAX, 512): a key it refused would fail the whole tick's save.
+_MAX_KEY_CHARS = 200
 
 
 class StateUnreadable(ValueError):
@@ -85,6 +89,14 @@ class SavedState:
                 self._saved.pop(key, None)
             else:
                 self._saved[key] = value
+
+
+def job_key(job_id: str) -> str:
+    """The memory key of a job's state: its id, or a digest of an id too long to key it (a submission id is the
+    user's to choose). The value should hold the id in full, so a reader can check the key is the one it makes."""
+    if len(job_id) <= _MAX_KEY_CHARS:
+        return job_id
+    return f"sha256:{hashlib.sha256(job_id.encode('utf-8')).hexdigest()}"
 
 
 # -- strict readers of remembered values: StateUnreadable for anything unexpected ---------------------------

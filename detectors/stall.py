@@ -39,7 +39,9 @@ it resumed reopens that incident (the desk's reopen_window_s) instead of opening
 Restarts: with a `memory` (core.ports.DetectorMemory), each job's rhythm (detectors/stall_state.py) is saved after
 every tick in which it changed and loaded at construction, so a job already hung when Argus restarts is found
 within its usual threshold of its real last progress, under the same fingerprint. A remembered job is judged
-again only once Ray says it is still RUNNING; one that is not is dropped, and forgotten in the memory too.
+again only once Ray says it is still RUNNING; one that is not is dropped, and forgotten in the memory too. A job
+that ended while hung is remembered (under HUNG_ENDED_MEMORY) until a resubmission of it runs, so a resubmission
+that runs after a restart still closes the stall's incident.
 
 One module past 400 lines on purpose: the progress patterns, the per-job rhythm and the verdict are one
 algorithm; the state they share is the detector's.
@@ -71,9 +73,19 @@ from core.types import (
     fingerprint_of,
     utcnow,
 )
-from detectors.memory import SavedState, StateUnreadable
+from detectors.memory import SavedState, StateUnreadable, job_key
 from detectors.resubmissions import JobRuns
-from detectors.stall_state import MAX_COUNTERS, ProgressCounter, WatchedJob, recalled, remembered
+from detectors.stall_state import (
+    HUNG_ENDED_MEMORY,
+    MAX_COUNTERS,
+    HungEnded,
+    ProgressCounter,
+    WatchedJob,
+    recalled,
+    recalled_hung_ended,
+    remembered,
+    remembered_hung_ended,
+)
 from detectors.timestamps import parse_iso
 
 REASON = "TrainingStalled"
@@ -202,9 +214,11 @@ class StallDetector:
         self._recovered: list[Recovery] = []
         self._changed: set[str] = set()  # jobs whose remembered state may differ from what was saved
         self._saved = SavedState(memory, self.name)
-        self._recall()
         self._runs = JobRuns()
-        self._hung_ended: dict[str, tuple[str, str]] = {}  # job -> (stall fingerprint, status), until resubmitted
+        self._hung_ended: dict[str, HungEnded] = {}  # job -> its ended stall, until resubmitted; oldest first
+        self._hung_changed: set[str] = set()  # jobs whose ended stall may differ from what was saved
+        self._hung_saved = SavedState(memory, HUNG_ENDED_MEMORY)
+        self._recall()
 
     # -- the one verb ------------------------------------------------------------------------------
 
@@ -266,11 +280,38 @@ class StallDetector:
                 self._saved.forget_loaded(key)
         if self._jobs:
             logger.info("stall detector remembers the progress of {} job(s) from before the restart", len(self._jobs))
+        self._recall_hung_ended()
+
+    def _recall_hung_ended(self) -> None:
+        """The jobs that ended hung before a restart, still waiting for a resubmission to run: of the readable ones,
+        the most recent _MAX_HUNG_ENDED (the others are forgotten, as if let go)."""
+        readable: list[tuple[str, str, HungEnded]] = []
+        for key, value in self._hung_saved.load().items():
+            try:
+                job_id, ended = recalled_hung_ended(key, value)
+            except StateUnreadable as err:
+                logger.warning("stall detector: the remembered stall of ended job {} is unreadable ({}): it starts "
+                               "fresh", key, err)
+                self._hung_saved.forget_loaded(key)
+                continue
+            readable.append((key, job_id, ended))
+        readable.sort(key=lambda item: item[2].ended_at)
+        over = max(0, len(readable) - _MAX_HUNG_ENDED)
+        for key, _, _ in readable[:over]:
+            self._hung_saved.forget_loaded(key)
+        for _, job_id, ended in readable[over:]:
+            self._hung_ended[job_id] = ended
+        if self._hung_ended:
+            logger.info("stall detector remembers {} job(s) that ended hung, until they are resubmitted",
+                        len(self._hung_ended))
 
     def _remember(self) -> None:
-        """Save the jobs changed this tick: at most one write per tick, none when nothing changed."""
+        """Save the jobs changed this tick: at most one write per tick and kind of state, none when nothing changed."""
         changed, self._changed = self._changed, set()
         self._saved.save({key: remembered(self._jobs[key]) if key in self._jobs else None for key in changed})
+        hung, self._hung_changed = self._hung_changed, set()
+        self._hung_saved.save({job_key(job_id): remembered_hung_ended(job_id, self._hung_ended[job_id])
+                               if job_id in self._hung_ended else None for job_id in hung})
 
     # -- reading signals ---------------------------------------------------------------------------
 
@@ -347,9 +388,13 @@ class StallDetector:
             return []
         if job.status != "RUNNING":
             if job.episode is not None:
-                self._hung_ended[job_id] = (job.episode, job.status)
+                self._hung_ended.pop(job_id, None)  # ended again: now the most recent
+                self._hung_ended[job_id] = HungEnded(fingerprint=job.episode, status=job.status, ended_at=now)
+                self._hung_changed.add(job_id)
                 while len(self._hung_ended) > _MAX_HUNG_ENDED:
-                    del self._hung_ended[next(iter(self._hung_ended))]
+                    oldest = next(iter(self._hung_ended))
+                    del self._hung_ended[oldest]
+                    self._hung_changed.add(oldest)
             self._end_episode(job)
             # Finished jobs keep nothing; a resubmission under the same id starts afresh.
             job.counters.clear()
@@ -372,13 +417,14 @@ class StallDetector:
 
     def _resubmitted(self, now: datetime) -> None:
         """Hung jobs that ended (stopped to be resubmitted, or killed by the watchdog) whose resubmission runs."""
-        for job_id, (fingerprint, status) in list(self._hung_ended.items()):
+        for job_id, ended in list(self._hung_ended.items()):
             new = self._runs.resubmission_ran(job_id)
             if new is not None:
                 del self._hung_ended[job_id]
+                self._hung_changed.add(job_id)
                 self._recovered.append(Recovery(
-                    fingerprint=fingerprint, detector=self.name, observed_at=now,
-                    reason=f"job {job_id} ended {status} while hung and was resubmitted as {new}, "
+                    fingerprint=ended.fingerprint, detector=self.name, observed_at=now,
+                    reason=f"job {job_id} ended {ended.status} while hung and was resubmitted as {new}, "
                     "which reached RUNNING"))
 
     def _verdict(self, job: WatchedJob, now: datetime) -> _Verdict | None:

@@ -6,6 +6,11 @@ last progress line (the line anchors the finding's fingerprint, so a stall seen 
 the same incident), the open episode's fingerprint, the last GPU activity, and that the job was RUNNING. Not
 remembered: when the job was last heard of (a restart is a fresh start for forgetting), the last GPU utilisation
 values and samples (a restart just needs one more sample to see activity again).
+
+Remembered too, under its own detector name (HUNG_ENDED_MEMORY), each job that ended while hung, until a
+resubmission of it runs: the stall's fingerprint (the incident its recovery closes), the status it ended with (the
+recovery's reason says it) and when it ended (a restart keeps the most recent, as the detector's bound does). Its
+memory key is the job's (memory.job_key); the object holds the job's id in full and must belong under that key.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from core import signal_keys as keys
 from core.types import Signal, SignalKind, Subject, SubjectKind
 from detectors.memory import (
     StateUnreadable,
+    job_key,
     read_int,
     read_number,
     read_optional_number,
@@ -34,6 +40,7 @@ HISTORY = 16  # per-step gaps kept per counter
 MIN_GAPS = 2  # below this a counter's interval is unknown
 MAX_COUNTERS = 64  # per job; a log with ever-new tqdm labels must not grow memory without bound
 STATE_VERSION = 1
+HUNG_ENDED_MEMORY = "stall_hung_ended"  # the detector name its ended hung jobs are remembered under
 _LINE_CHARS = 2000  # of the last progress line, remembered: the finding quotes at most 500
 
 
@@ -69,6 +76,15 @@ class WatchedJob:
     gpu_samples: dict[str, Signal] = field(default_factory=dict)
     episode: str | None = None  # fingerprint of the stall being reported
     watch_from: datetime | None = None  # when Argus first read this job's backlog: no stall before a threshold more
+
+
+@dataclass(frozen=True)
+class HungEnded:
+    """A job that left RUNNING while hung: its stall's incident stays open until a resubmission of it runs."""
+
+    fingerprint: str  # of the stall
+    status: str  # the one it ended with
+    ended_at: datetime
 
 
 def remembered(job: WatchedJob) -> dict[str, Any] | None:
@@ -115,6 +131,28 @@ def recalled(key: str, value: dict[str, Any], now: datetime) -> WatchedJob:
         name, label = read_str(item[0], "counter pattern"), read_str(item[1], "counter label")
         job.counters[(name, label)] = _counter_in(item[2], subject, f"counter {name}")
     return job
+
+
+def remembered_hung_ended(job_id: str, ended: HungEnded) -> dict[str, Any]:
+    return {"v": STATE_VERSION, "job": job_id, "fingerprint": ended.fingerprint, "status": ended.status,
+            "ended_at": ended.ended_at.isoformat()}
+
+
+def recalled_hung_ended(key: str, value: dict[str, Any]) -> tuple[str, HungEnded]:
+    """The job and its ended stall remembered as `value` under memory key `key`; StateUnreadable when any part is
+    not what this version writes, or it does not belong under `key`."""
+    read_version(value, STATE_VERSION)
+    job_id = read_str(value.get("job"), "job")
+    if not job_id or job_key(job_id) != key:
+        raise StateUnreadable(f"it is the state of job {job_id!r}, saved under another key")
+    fingerprint = read_str(value.get("fingerprint"), "fingerprint")
+    status = read_str(value.get("status"), "status")
+    if not fingerprint:
+        raise StateUnreadable("its fingerprint is empty")
+    if status in ("", "RUNNING"):
+        raise StateUnreadable(f"its status is {status!r}, not one a job ends with")
+    return job_id, HungEnded(fingerprint=fingerprint, status=status,
+                             ended_at=read_time(value.get("ended_at"), "ended_at"))
 
 
 def _counter_out(c: ProgressCounter) -> dict[str, Any]:

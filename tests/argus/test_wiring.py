@@ -2,8 +2,12 @@
 
 from argus.incidents.desk import IncidentDesk
 from argus.store.store import Store
-from argus.wiring import build_pipeline
+from argus.wiring import build_detectors, build_pipeline
 from core.settings import load_settings
+from core.types import Severity, Signal, SignalKind, Subject, SubjectKind
+from detectors.metric_rules import MetricRuleSet
+from tests.support import T0
+from tests.support.job_states import job_state
 
 
 def names(pipeline):
@@ -49,3 +53,24 @@ def test_detectors_whose_recoveries_need_a_source_skip_ticks_without_it(tmp_path
     store.close()
     assert pipeline.needs["metric_rules"] == {"metric_rules"}
     assert pipeline.needs["job_failure"] == pipeline.needs["lost_node"] == {"ray_state"}
+
+
+def test_the_log_rule_detector_keeps_a_jobs_open_findings_in_the_memory_given(tmp_path):
+    """With the store's detector state as memory (as `argus serve` runs it), a job's error reported before a restart
+    closes at warning when the job succeeds after it."""
+    settings = load_settings(data_dir=tmp_path, shared_root=tmp_path / "no-such-root")
+    store = Store(settings.effective_database_url)
+
+    def log_rules():
+        return next(d for d in build_detectors(settings, MetricRuleSet(), memory=store.detector_state)
+                    if d.name == "log_rules")
+
+    oom = Signal(kind=SignalKind.LOG_LINE, source="/s/jobs/job-1/logs/train.log", text="torch.OutOfMemoryError: "
+                 "CUDA out of memory. Tried to allocate 2.00 GiB", line=7, observed_at=T0, attrs={"stream": "job-logs"},
+                 subject=Subject(kind=SubjectKind.JOB, id="job-1"))
+    [reported] = log_rules().detect([job_state("job-1", "RUNNING"), oom])
+    after = log_rules()  # restarted
+    after.detect([job_state("job-1", "SUCCEEDED")])
+    [recovery] = after.recoveries()
+    store.close()
+    assert recovery.fingerprint == reported.fingerprint and recovery.severity is Severity.WARNING

@@ -1,5 +1,5 @@
-"""The stall, idle-GPU and metric-rule detectors across an Argus restart: their state saved in a real SQLite store (the
-`store` fixture) and loaded by a new detector on a new Store over the same file, with a hand-moved clock.
+"""The stall, idle-GPU, metric-rule and log-rule detectors across an Argus restart: their state saved in a real SQLite
+store (the `store` fixture) and loaded by a new detector on a new Store over the same file, with a hand-moved clock.
 
 Each restart test also runs a detector without memory on the same signals: it must miss what the remembering
 one finds, so the tests fail if the state is not really carried over.
@@ -7,6 +7,7 @@ one finds, so the tests fail if the state is not really carried over.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
@@ -15,15 +16,24 @@ import pytest
 from loguru import logger
 
 from argus.store.store import Store
-from core.types import Category
+from core.types import Category, Finding, Severity, Subject, SubjectKind, fingerprint_of
+from detectors import stall as stall_module
+from detectors.engine import RuleSet
 from detectors.idle_gpu import IdleGpuDetector
+from detectors.log_rules import LogRuleDetector
 from detectors.metric_rules import MetricRuleDetector, MetricRuleSet
 from detectors.stall import StallDetector
+from detectors.stall_state import HUNG_ENDED_MEMORY
 from tests.detectors.test_idle_gpu import W1, W2, idle_polls, job, node_util, poll, snapshot
+from tests.detectors.test_log_rules import RULES as LOG_RULES
+from tests.detectors.test_log_rules import line
+from tests.detectors.test_log_rules_history import OOM
+from tests.detectors.test_log_rules_history import job_state as ray_job_state
 from tests.detectors.test_metric_rules import GOOD, evaluated, fire_hot_gpu, gpu, series, write
 from tests.detectors.test_metric_rules import Clock as RuleClock
 from tests.detectors.test_stall import JOB, T0, Log, job_state, run_steps
 from tests.support import Clock
+from tests.support.job_states import resubmission
 
 
 @pytest.fixture
@@ -163,6 +173,85 @@ def test_unreadable_state_starts_that_job_fresh_and_is_forgotten(db, stores) -> 
     [finding] = after.detect(signals)
     assert finding.subject.id == JOB
     assert list(second.detector_state.load_all("stall")) == [JOB]  # the unreadable rows are gone
+
+
+def hang_and_end(det: StallDetector, clock: Clock, job_id: str, start: float, status: str = "FAILED") -> Finding:
+    """A job stepping every 10 s from `start`, reported stalled at start + 100 s, ending `status` at start + 105 s."""
+    log = Log(job=job_id, source=f"/tmp/ray/session/logs/job-driver-{job_id}.log")
+    run = [job_state(job=job_id)]
+    for n in (1, 2, 3):
+        det.detect([*run, log.line(f"step {n} loss=0.5", clock.at(start + 10 * n))])
+    clock.at(start + 100)
+    [reported] = det.detect(run)
+    clock.at(start + 105)
+    assert det.detect([job_state(status, job=job_id)]) == [] and det.recoveries() == []  # ended hung: no recovery
+    return reported
+
+
+def test_a_job_that_ended_hung_before_a_restart_closes_when_its_resubmission_runs_after_it(db, stores) -> None:
+    clock = Clock(T0)
+    first = restart(db, stores)
+    reported = hang_and_end(stall(clock, first), clock, JOB, 0, "STOPPED")
+    assert first.detector_state.load_all("stall") == {}  # its rhythm is forgotten: it no longer runs
+    assert list(first.detector_state.load_all(HUNG_ENDED_MEMORY)) == [JOB]
+
+    after, forgetful = stall(clock, restart(db, stores)), stall(clock, None)
+    clock.at(200)
+    signals = [job_state("STOPPED"), resubmission(JOB, 1, "RUNNING", at=clock.now)]
+    assert after.detect(signals) == [] and forgetful.detect(signals) == []
+    [recovery] = after.recoveries()
+    assert forgetful.recoveries() == []  # without memory the stall's incident would stay open
+    assert recovery.fingerprint == reported.fingerprint and recovery.detector == "stall"
+    assert recovery.reason == (f"job {JOB} ended STOPPED while hung and was resubmitted as {JOB}-r1, "
+                               "which reached RUNNING")
+    assert restart(db, stores).detector_state.load_all(HUNG_ENDED_MEMORY) == {}  # closed: forgotten
+
+
+def test_unreadable_ended_stall_state_starts_fresh_with_a_warning(db, stores, warnings) -> None:
+    clock = Clock(T0)
+    first = restart(db, stores)
+    reported = hang_and_end(stall(clock, first), clock, JOB, 0)
+    good = first.detector_state.load_all(HUNG_ENDED_MEMORY)[JOB]
+    first.detector_state.save(HUNG_ENDED_MEMORY, {
+        "job-b": {**good, "job": "job-b", "v": 2},
+        "job-c": {**good, "job": "job-c", "status": "RUNNING"},
+        "job-d": {**good, "job": "job-d", "ended_at": "2026-03-01T12:01:45"},
+        "job-e": {**good, "job": "job-e", "fingerprint": ""},
+        "job-f": good,  # JOB's ended stall under another key
+    })
+
+    second = restart(db, stores)
+    after = stall(clock, second)  # refuses five jobs' state, keeps the good one, raises nothing
+    why = {"job-b": "format version 2", "job-c": "'RUNNING', not one a job ends with", "job-d": "has no time zone",
+           "job-e": "fingerprint is empty", "job-f": "saved under another key"}
+    assert len(warnings) == 5 and all("starts fresh" in w for w in warnings)
+    for job_id, fragment in why.items():
+        assert any(f"ended job {job_id} is unreadable" in w and fragment in w for w in warnings), job_id
+    clock.at(200)
+    after.detect([resubmission(job_id, 1, "RUNNING", at=clock.now) for job_id in (JOB, *why)])
+    [recovery] = after.recoveries()
+    assert recovery.fingerprint == reported.fingerprint
+    assert second.detector_state.load_all(HUNG_ENDED_MEMORY) == {}  # the unreadable rows are gone too
+
+
+def test_ended_stalls_are_remembered_for_the_jobs_that_ended_most_recently(db, stores, monkeypatch) -> None:
+    monkeypatch.setattr(stall_module, "_MAX_HUNG_ENDED", 3)
+    clock = Clock(T0)
+    first = restart(db, stores)
+    before = stall(clock, first)
+    reported = {job_id: hang_and_end(before, clock, job_id, start)
+                for job_id, start in (("job-1", 0), ("job-2", 200), ("job-3", 400))}
+    assert set(first.detector_state.load_all(HUNG_ENDED_MEMORY)) == {"job-1", "job-2", "job-3"}
+
+    monkeypatch.setattr(stall_module, "_MAX_HUNG_ENDED", 2)
+    second = restart(db, stores)
+    after = stall(clock, second)  # a smaller bound: the one that ended first is let go
+    reported["job-4"] = hang_and_end(after, clock, "job-4", 600)  # one more: job-2 is let go too
+    assert set(second.detector_state.load_all(HUNG_ENDED_MEMORY)) == {"job-3", "job-4"}
+    clock.at(800)
+    after.detect([resubmission(job_id, 1, "RUNNING", at=clock.now) for job_id in reported])
+    assert {r.fingerprint for r in after.recoveries()} == {reported["job-3"].fingerprint,
+                                                          reported["job-4"].fingerprint}
 
 
 # -- idle GPUs --------------------------------------------------------------------------------------------------
@@ -383,5 +472,127 @@ def test_a_subject_too_long_for_a_memory_key_is_remembered_under_a_digest(db, st
     after.detect(COOL)
     clock.advance(120)
     after.detect(COOL)
+    [recovery] = after.recoveries()
+    assert recovery.fingerprint == reported.fingerprint
+
+
+# -- log rules --------------------------------------------------------------------------------------------------
+
+TRAIN_LOG = "/s/jobs/raysubmit_A/logs/train.log"
+LOG_JOB = Subject(kind=SubjectKind.JOB, id="raysubmit_A")
+
+
+@pytest.fixture
+def log_rules(tmp_path) -> RuleSet:
+    path = tmp_path / "log_rules.yaml"
+    path.write_text(textwrap.dedent(LOG_RULES))
+    return RuleSet.load([path])
+
+
+def log_detector(rules: RuleSet, clock: Clock, store: Store | None, **bounds: int) -> LogRuleDetector:
+    return LogRuleDetector(rules, clock=clock, memory=None if store is None else store.detector_state, **bounds)
+
+
+def test_a_jobs_error_reported_before_a_restart_closes_at_warning_when_the_job_succeeds_after_it(
+        db, stores, log_rules) -> None:
+    clock = Clock(T0)
+    before = log_detector(log_rules, clock, restart(db, stores))
+    [reported] = before.detect([ray_job_state("RUNNING"), line(OOM, 12, source=TRAIN_LOG)])
+    assert reported.severity is Severity.CRITICAL
+
+    after, forgetful = log_detector(log_rules, clock, restart(db, stores)), log_detector(log_rules, clock, None)
+    clock.tick(600)
+    assert after.detect([ray_job_state("RUNNING")]) == [] and after.recoveries() == []  # running: still open
+    for det in (after, forgetful):
+        assert det.detect([ray_job_state("SUCCEEDED")]) == []
+    [recovery] = after.recoveries()
+    assert forgetful.recoveries() == []  # without memory the incident would stay open
+    assert recovery.fingerprint == reported.fingerprint and recovery.severity is Severity.WARNING
+    assert recovery.detector == "log_rules"
+    assert recovery.reason == f"job raysubmit_A SUCCEEDED: the error at {TRAIN_LOG}:12 did not end it"
+    assert restart(db, stores).detector_state.load_all("log_rules") == {}  # closed: forgotten
+
+
+def test_the_same_fault_reported_again_after_a_restart_is_closed_once(db, stores, log_rules) -> None:
+    clock = Clock(T0)
+    [reported] = log_detector(log_rules, clock, restart(db, stores)).detect([line(OOM, 12, source=TRAIN_LOG)])
+
+    after = log_detector(log_rules, clock, restart(db, stores))
+    clock.tick(60)
+    [again] = after.detect([line(OOM, 30, source=TRAIN_LOG)])  # another rank's OOM: the restart forgot the first
+    assert again.fingerprint == reported.fingerprint  # the same incident
+    after.detect([ray_job_state("SUCCEEDED")])
+    [recovery] = after.recoveries()
+    assert recovery.reason.endswith(f"{TRAIN_LOG}:12 did not end it")  # the line that opened the incident
+
+
+def test_log_rule_state_is_saved_only_when_a_jobs_open_findings_change(db, stores, log_rules) -> None:
+    clock = Clock(T0)
+    memory = CountingMemory(restart(db, stores))
+    det = LogRuleDetector(log_rules, clock=clock, memory=memory)
+    det.detect([ray_job_state("RUNNING"), line("step 1", 1), line(OOM, 2)])
+    assert memory.saves == [{LOG_JOB.id: memory.inner.load_all("log_rules")[LOG_JOB.id]}]
+    # the same fault again, a temporary match, other lines, the same status: nothing to write
+    det.detect([ray_job_state("RUNNING"), line("step 2", 3), line(OOM, 4), line("memory usage is high", 5)])
+    assert len(memory.saves) == 1
+    det.detect([line("Killed process 4242 (python)", 6)])  # another category: a second open finding
+    assert [f["category"] for f in memory.saves[-1][LOG_JOB.id]["findings"]] == ["gpu_oom", "host_oom"]
+    det.detect([ray_job_state("SUCCEEDED")])
+    assert len(det.recoveries()) == 2
+    assert memory.saves[-1] == {LOG_JOB.id: None} and len(memory.saves) == 3
+
+
+def test_log_rule_state_is_kept_for_the_jobs_reported_to_most_recently(db, stores, log_rules) -> None:
+    clock = Clock(T0)
+    jobs = [Subject(kind=SubjectKind.JOB, id=f"job-{n}") for n in range(1, 5)]
+    reported: dict[str, str] = {}
+
+    def error_of(det: LogRuleDetector, job_subject: Subject, at: float) -> None:
+        clock.at(at)
+        [finding] = det.detect([line(OOM, 1, subject=job_subject, source=f"/s/jobs/{job_subject.id}/logs/train.log")])
+        reported[job_subject.id] = finding.fingerprint
+
+    first = restart(db, stores)
+    before = log_detector(log_rules, clock, first, max_subjects=3)
+    for n, job_subject in enumerate(jobs[:3]):
+        error_of(before, job_subject, 10.0 * n)
+    assert set(first.detector_state.load_all("log_rules")) == {"job-1", "job-2", "job-3"}
+
+    second = restart(db, stores)
+    after = log_detector(log_rules, clock, second, max_subjects=2)  # a smaller bound: job-1 is let go
+    error_of(after, jobs[3], 40.0)  # one more job: job-2 is let go too, as the bound lets go the oldest
+    assert set(second.detector_state.load_all("log_rules")) == {"job-3", "job-4"}
+    after.detect([ray_job_state("SUCCEEDED", j) for j in jobs])
+    assert {r.fingerprint for r in after.recoveries()} == {reported["job-3"], reported["job-4"]}
+    assert reported["job-4"] == fingerprint_of(Category.GPU_OOM, jobs[3])
+
+
+def test_unreadable_log_rule_state_starts_fresh_with_a_warning(db, stores, log_rules, warnings) -> None:
+    clock = Clock(T0)
+    first = restart(db, stores)
+    [reported] = log_detector(log_rules, clock, first).detect([line(OOM, 12, source=TRAIN_LOG)])
+    good = first.detector_state.load_all("log_rules")[LOG_JOB.id]
+    [kept] = good["findings"]
+    first.detector_state.save("log_rules", {
+        "job-b": {**good, "job": "job-b", "v": 2},
+        "job-c": {**good, "job": "job-c", "findings": [{**kept, "severity": "catastrophic"}]},
+        "job-d": {**good, "job": "job-d", "findings": [{**kept, "reported_at": "yesterday"}]},
+        "job-e": {**good, "job": "job-e", "findings": []},
+        "job-f": good,  # raysubmit_A's findings under another key
+        "job-g": {**good, "job": "job-g", "findings": [{**kept, "line": "12"}]},
+        "job-h": {**good, "job": "job-h", "findings": [kept, kept]},
+    })
+
+    second = restart(db, stores)
+    after = log_detector(log_rules, clock, second)  # refuses seven jobs' state, keeps the good one, raises nothing
+    why = {"job-b": "format version 2", "job-c": "'catastrophic' is not a valid Severity",
+           "job-d": "'yesterday' is not an ISO time", "job-e": "not a list of 1 to", "job-f": "saved under another key",
+           "job-g": "line is '12', not a whole number", "job-h": "one fingerprint twice"}
+    assert len(warnings) == 7 and all("starts fresh" in w for w in warnings)
+    for job_id, fragment in why.items():
+        assert any(f"job {job_id} are unreadable" in w and fragment in w for w in warnings), job_id
+    after.detect([])
+    assert list(second.detector_state.load_all("log_rules")) == [LOG_JOB.id]  # the unreadable rows are gone
+    after.detect([ray_job_state("SUCCEEDED", Subject(kind=SubjectKind.JOB, id=j)) for j in (LOG_JOB.id, *why)])
     [recovery] = after.recoveries()
     assert recovery.fingerprint == reported.fingerprint
