@@ -14,8 +14,10 @@ rule set's combined prefilter, so a line that matches nothing costs one regex se
 
 - A node-scoped fault (host OOM, node lost, GPU hardware) is about the node the line names, not always the one
   that wrote it (the GCS on the head reports every node's OOM kills and deaths): such a line is filed under the
-  named node, its IP as the subject's name. On a job's line the named node is recorded as the affected node
-  (`AFFECTED_NODE_ID` / `AFFECTED_NODE_IP`), so the job's incident and the node's are joined (argus.incidents).
+  named node, its IP as the subject's name; a line without a stamp of its own that names no node is about the
+  node its message's first line named (named_node.MessageHeads). On a job's line the named node is recorded as
+  the affected node (`AFFECTED_NODE_ID` / `AFFECTED_NODE_IP`), so the job's incident and the node's are
+  joined (argus.incidents).
 - History is not news: a line the collector marked as history (`attrs["history"]`: read from a file's backlog
   and written longer ago than the history window) opens nothing and is no temporary event; it stays as context
   for the lines after it. Lines carry their own time (`attrs["line_time"]`) where the collector dated them: that
@@ -63,7 +65,7 @@ from core.types import (
 from detectors.engine import ANY_SOURCE, LogRule, RuleSet
 from detectors.log_rules_state import OpenFinding, recalled, remembered
 from detectors.memory import SavedState, StateUnreadable, job_key
-from detectors.named_node import NODE_SCOPED, NamedNode, node_named_in
+from detectors.named_node import NODE_SCOPED, MessageHeads, NamedNode, node_named_in
 from detectors.timestamps import parse_iso
 
 SUCCEEDED = "SUCCEEDED"  # Ray's JobStatus for a job whose entrypoint exited 0
@@ -114,6 +116,7 @@ class LogRuleDetector:
         self._clock = clock
         self._by_stream: dict[str, RuleSet] = {}
         self._context: _Lru = _Lru(max_sources)  # source -> deque of recent signals
+        self._heads = MessageHeads(max_sources)  # cluster log source -> the first line of its current message
         self._temporary: _Lru = _Lru(max_subjects)  # subject key -> deque of (rule, signal)
         self._reported: _Lru = _Lru(max_reported)  # (subject key, category) -> True
         self._status: _Lru = _Lru(max_subjects)  # job id -> its last status, from JOB_STATE
@@ -139,10 +142,11 @@ class LogRuleDetector:
             if signal.kind is not SignalKind.LOG_LINE or not signal.text:
                 continue
             context = self._context.touch(signal.source, lambda: deque(maxlen=self.context_lines))
+            continues = signal.subject.kind is SubjectKind.NODE and not self._heads.see(signal.source, signal.text)
             if not signal.attrs.get(keys.HISTORY):
                 matched = self._rules_for(str(signal.attrs.get(keys.STREAM) or ANY_SOURCE)).match(signal.text)
                 if matched:
-                    finding = self._on_match(signal, matched, tuple(context))
+                    finding = self._on_match(signal, matched, tuple(context), continues)
                     if finding is not None:
                         findings.append(self._judged_by_outcome(finding))
             context.append(signal)
@@ -231,9 +235,12 @@ class LogRuleDetector:
         self._saved.save({job_key(job_id): remembered(job_id, self._by_job.get(job_id) or [])
                           for job_id in changed})
 
-    def _on_match(self, signal: Signal, matched: list[LogRule], context: tuple[Signal, ...]) -> Finding | None:
+    def _on_match(self, signal: Signal, matched: list[LogRule], context: tuple[Signal, ...],
+                  continues: bool = False) -> Finding | None:
+        """`continues`: the line continues a cluster log's message begun on an earlier line (it has no stamp)."""
         permanent = [r for r in matched if r.permanent]
-        subject = _subject_named_in(signal, permanent) or signal.subject
+        heads_node = self._heads.node_of(signal.source) if continues else None
+        subject = _subject_named_in(signal, permanent, heads_node) or signal.subject
         subject_key = subject.key()
         if not permanent:
             rule = max(matched, key=lambda r: r.priority)
@@ -304,14 +311,16 @@ def _written_at(signal: Signal) -> datetime:
 _RAY_NODE_ID = re.compile(r"(?<![0-9a-fA-F])([0-9a-f]{56})(?![0-9a-fA-F])")
 
 
-def _subject_named_in(signal: Signal, permanent: list[LogRule]) -> Subject | None:
+def _subject_named_in(signal: Signal, permanent: list[LogRule], heads_node: NamedNode | None = None) -> Subject | None:
     """The node a cluster log line is about, when the line names it (detectors/named_node.py).
 
     A node-scoped fault (NODE_SCOPED: a node's death, a host OOM, a GPU's hardware) is about the node it happened
     on, and that is not always the node that wrote the line: the GCS on the head logs every other node's death and
     every worker the memory monitor killed anywhere. Filed under the head, the finding would blame the wrong node
     and miss the incident the fault opens for the right one (same fingerprint: Ray's node state, that node's own
-    raylet). The IP the line gives beside the node becomes the subject's name. None: the writer is the subject.
+    raylet). The IP the line gives beside the node becomes the subject's name. A line that names no node but
+    continues a message whose first line did (`heads_node`: Ray's advice after the GCS's report of an OOM kill) is
+    about that node. None: the writer is the subject.
     """
     if signal.subject.kind is not SubjectKind.NODE or not signal.text:
         return None
@@ -322,6 +331,7 @@ def _subject_named_in(signal: Signal, permanent: list[LogRule]) -> Subject | Non
     if named is None and rule.category is Category.NODE_LOST:
         bare = _RAY_NODE_ID.search(signal.text)
         named = NamedNode(bare.group(1)) if bare else None
+    named = named or heads_node
     if named is None:
         return None
     if named.id == signal.subject.id:

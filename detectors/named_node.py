@@ -10,14 +10,20 @@ Only labelled ids count: a Ray worker id is 28 bytes like a node id, and the GCS
 the node, so a bare 56-hex-digit number is not taken for a node (except as log_rules' last resort for
 node deaths, where Ray's older lines name the node unlabelled). The IP is kept where the text gives one
 next to the node, checked as an address, so names read "node … (127.0.0.4)".
+
+A Ray message spans lines: the GCS's report of an OOM kill names the node on its first, stamped line, lists the
+top memory users on the next forty, and ends with Ray's advice, which names no node. `MessageHeads` keeps each
+cluster log's last stamped line, so a continuation line that names no node is about the node its message named.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 
+from core.line_time import line_time
 from core.types import Category
 
 # The categories whose fault lives on one host: a line about one of these that names a node is about that node.
@@ -63,3 +69,33 @@ def _address(token: str) -> str | None:
         return str(ipaddress.ip_address(token))
     except ValueError:
         return None
+
+
+class MessageHeads:
+    """Per log source, the first line of the message its latest line belongs to: the last line with a time
+    stamp of its own (Ray's `[2026-11-25 12:14:33,230 W ...]`, Python logging's). Bounded to `max_sources`."""
+
+    def __init__(self, max_sources: int = 4096) -> None:
+        self.max_sources = max_sources
+        self._heads: OrderedDict[str, tuple[str, NamedNode | None, bool]] = OrderedDict()
+
+    def see(self, source: str, text: str) -> bool:
+        """Take `text` as the next line of `source`; True when it starts a message (it has its own stamp)."""
+        if line_time(text) is None:
+            return False
+        self._heads[source] = (text, None, False)  # what it names is read when a continuation line asks
+        self._heads.move_to_end(source)
+        while len(self._heads) > self.max_sources:
+            self._heads.popitem(last=False)
+        return True
+
+    def node_of(self, source: str) -> NamedNode | None:
+        """The node the current message of `source` names on its first line, if it names one."""
+        head = self._heads.get(source)
+        if head is None:
+            return None
+        text, named, read = head
+        if not read:
+            named = node_named_in(text)
+            self._heads[source] = (text, named, True)
+        return named

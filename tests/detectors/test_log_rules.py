@@ -258,3 +258,28 @@ def test_a_job_line_naming_no_node_records_no_struck_node():
                      job, "job-logs")
     [finding] = LogRuleDetector(load_rules()).detect([line_])
     assert "affected_node_id" not in finding.attrs
+
+
+def test_ray_advice_ending_the_gcs_report_of_an_oom_kill_is_about_the_node_the_report_named():
+    """The GCS's report of an OOM kill spans forty lines: the stamped first one names the node, the top memory
+    users follow, and Ray's advice ends it, naming no node (recorded in a soak, head 127.0.0.2, worker 127.0.0.4).
+    The advice is the same fault on the same node, not a host OOM of the head that wrote it; after a new stamped
+    message that names no node, the advice is the writer's again."""
+    from detectors.engine import load_rules
+
+    detector = LogRuleDetector(load_rules())
+    report = (f"[2026-11-25 12:14:33,230 W 16812 16812] (gcs_server) gcs_worker_manager.cc:70: Reporting worker exit, "
+              f"worker id = {KILLED_WORKER}, node id = {WORKER2}, address = 127.0.0.4, exit_type = NODE_OUT_OF_MEMORY, "
+              f"exit_detail = {KILL}")
+    advice = ("Refer to the documentation on how to address the out of memory issue: https://docs.ray.io/en/latest/"
+              "ray-observability/user-guides/debug-apps/debug-memory.html. Consider provisioning more memory on this "
+              "node or reducing task parallelism by requesting more CPUs per task.")
+    lines = [report, "Top 10 memory users: PID\tMEM(GB)\tCOMMAND", "16794\t0.08\t/usr/bin/python ray start --head",
+             advice]
+    findings = detector.detect([ray_line(text, HEAD, "gcs") for text in lines])
+    assert [f.subject for f in findings] == [Subject(kind=SubjectKind.NODE, id=WORKER2, name="127.0.0.4")]
+
+    other = LogRuleDetector(load_rules())
+    plain = "[2026-11-25 12:20:01,000 I 16812 16812] (gcs_server) gcs_server.cc:300: periodic stats"
+    [finding] = other.detect([ray_line(text, HEAD, "gcs") for text in (plain, advice)])
+    assert finding.subject == HEAD
