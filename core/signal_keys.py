@@ -39,6 +39,9 @@ SUBMISSION_ID: Final = "submission_id"
 # happened ("Memory on the node (IP: ..., ID: ...)"), which need not be where the line was written (NODE_ID/NODE_IP).
 AFFECTED_NODE_ID: Final = "affected_node_id"
 AFFECTED_NODE_IP: Final = "affected_node_ip"
+# On a finding from a job's own log line: the job had already ended (FAILED, STOPPED) when the line was read. An
+# ended job cannot fail again: such a line is late evidence of a fault already told, not a new one.
+JOB_ENDED: Final = "job_ended"
 
 # -- node and job states (ray_state, placement) ---------------------------------------------------------------
 STATE: Final = "state"  # a node's: ALIVE, DEAD

@@ -24,7 +24,8 @@ rule set's combined prefilter, so a line that matches nothing costs one regex se
   is the time the finding and its evidence quote.
 - An error that did not end its job is a warning: when a job's state turns SUCCEEDED, the findings its own log
   lines opened end as recoveries (`recoveries()`) that close their incidents at severity warning, naming the
-  line. An error line of a job already SUCCEEDED when it is read is filed at warning and closed the same way.
+  line. An error line of a job already SUCCEEDED when it is read is filed at warning and closed the same way; one
+  of a job already FAILED or STOPPED is marked `job_ended` (the desk files it with the fault already told).
 - Restarts: with a `memory` (core.ports.DetectorMemory), the findings each job's lines opened are saved after every
   detect that changed them and loaded at construction (detectors/log_rules_state.py), so a job that succeeds after
   an Argus restart still closes the incidents its lines opened before it. The jobs' last statuses are not saved:
@@ -69,6 +70,7 @@ from detectors.named_node import NODE_SCOPED, MessageHeads, NamedNode, node_name
 from detectors.timestamps import parse_iso
 
 SUCCEEDED = "SUCCEEDED"  # Ray's JobStatus for a job whose entrypoint exited 0
+ENDED_UNSUCCESSFULLY = frozenset({"FAILED", "STOPPED"})  # Ray's other terminal JobStatus values
 
 
 class _Lru(OrderedDict):
@@ -175,7 +177,10 @@ class LogRuleDetector:
         if finding.subject.kind is not SubjectKind.JOB:
             return finding
         job_id = finding.subject.id
-        if self._status.get(job_id) != SUCCEEDED:
+        status = self._status.get(job_id)
+        if status in ENDED_UNSUCCESSFULLY:  # read after the job ended: the incident desk files it with what was told
+            return finding.model_copy(update={"attrs": {**finding.attrs, keys.JOB_ENDED: status}})
+        if status != SUCCEEDED:
             self._keep(job_id, OpenFinding.of(finding))
             return finding
         if finding.severity.rank > Severity.WARNING.rank:

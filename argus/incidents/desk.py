@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Literal, Protocol
 
@@ -24,6 +25,7 @@ from loguru import logger
 from argus.incidents.bus import EventBus
 from argus.incidents.correlate import Correlator
 from argus.incidents.events import IncidentEvent
+from core import signal_keys as keys
 from core.refs import refs_of
 from core.types import Action, Finding, Incident, IncidentState, Recovery, Report, Severity, SubjectKind
 
@@ -53,7 +55,8 @@ class IncidentStore(Protocol):
     def findings_for(self, incident_id: str) -> list[Finding]: ...  # pragma: no cover
 
     def list_incidents(
-        self, *, state: IncidentState | str | None = None, limit: int = 100, offset: int = 0
+        self, *, state: IncidentState | str | None = None, since: datetime | None = None, limit: int = 100,
+        offset: int = 0,
     ) -> list[Incident]: ...  # pragma: no cover
 
 
@@ -101,6 +104,14 @@ class IncidentDesk:
                 root.id, root.category.value,
             )
             return Filed(Outcome.ECHO, incident)
+        if finding.attrs.get(keys.JOB_ENDED) and (told := self._told(finding)) is not None:
+            # A line of a job that had already ended, read late (Ray lists a short job's driver log after it failed):
+            # the fault it shows was told, and an ended job cannot fail again. Evidence for that incident, which
+            # stays as it is: resolved ones are not reopened.
+            incident = self.store.attach_finding(told.id, finding)
+            logger.bind(incident=told.id).info("a late line of ended job {} kept with the incident it belongs to",
+                                               finding.subject.id)
+            return Filed(Outcome.FOLDED, incident)
         incident, recorded = self.store.file_finding(finding, reopen_within_s=self.reopen_window_s)
         log = logger.bind(incident=incident.id, category=incident.category.value)
         if recorded == "folded":
@@ -123,6 +134,17 @@ class IncidentDesk:
         log.warning("incident opened: {}", incident.summary)
         self.events.publish(IncidentEvent.opened(incident, finding))
         return Filed(Outcome.OPENED, incident)
+
+    def _told(self, finding: Finding) -> Incident | None:
+        """The newest incident seen within the last hour (or the reopen window, if longer) before `finding`, open or
+        resolved, that holds its fingerprint as its own or as a finding filed under it."""
+        since = finding.detected_at - timedelta(seconds=max(self.reopen_window_s, 3600.0))
+        fingerprint = finding.fingerprint
+        for incident in self.store.list_incidents(since=since, limit=1000):
+            if incident.fingerprint == fingerprint or fingerprint in (incident.attrs.get("echoes") or []):
+                if not incident.attrs.get("merged_into"):
+                    return incident
+        return None
 
     def _absorb_echoes(self, incident: Incident) -> None:
         """Merge into `incident` the open incidents the correlator says it explains (echoes; its node's own)."""

@@ -187,3 +187,29 @@ def test_a_fault_seen_first_in_a_job_log_closes_when_the_node_state_says_it_ende
                                                  reason="job-e is RUNNING again"))
     assert closed is not None and closed.id == incident.id and closed.state is IncidentState.RESOLVED
     assert closed.resolution == "by argus:lost_node: job-e is RUNNING again"
+
+
+def test_a_late_line_of_an_ended_job_joins_the_incident_that_told_its_failure_without_reopening_it(setup):
+    """Recorded in a soak: job r2 FAILED when its node died; its FAILED message was filed under the node's incident,
+    which closed when the resubmission ran. Then Ray listed r2's driver log and its line, same fault and
+    fingerprint, was read: evidence for that incident, not a new one, and no reopening (an ended job cannot fail
+    again). The same finding from a job still running would reopen it, as a fault that came back."""
+    store, replay, pipeline, _ = setup
+    failed = job_finding(Category.NODE_LOST, "job-r2", "ActorDiedNodeDied")
+    replay.batches = [[node_lost("n6", ["job-r1", "job-r2"])], [failed]]
+    [incident] = pipeline.run_once().opened
+    pipeline.run_once()
+    assert failed.fingerprint in store.get_incident(incident.id).attrs["echoes"]
+    pipeline.incidents.recover(Recovery(fingerprint=failed.fingerprint, detector="job_failure", reason="r3 runs"))
+    assert store.get_incident(incident.id).state is IncidentState.RESOLVED
+
+    late = job_finding(Category.NODE_LOST, "job-r2", "ActorDiedNodeDied", at=T0 + timedelta(seconds=15))
+    late = late.model_copy(update={"attrs": {"job_ended": "FAILED"}})
+    before = store.get_incident(incident.id).occurrences
+    filed = pipeline.incidents.file(late)
+    assert filed.incident.id == incident.id and filed.incident.state is IncidentState.RESOLVED
+    assert [i.id for i in store.list_incidents()] == [incident.id]
+    assert filed.incident.occurrences == before + 1  # counted; the same line's evidence is kept once
+
+    running = late.model_copy(update={"attrs": {}})
+    assert pipeline.incidents.file(running).incident.id != incident.id  # not marked: filed as before

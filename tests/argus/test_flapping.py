@@ -140,7 +140,7 @@ def test_a_reopened_incident_is_not_planned_again(tmp_path: Path) -> None:
         assert desk.file(node_lost()).outcome is Outcome.REOPENED
         assert bus.drain(30)
         assert store.list_actions(first.incident.id) == planned
-        assert [e.kind for e in recorder.events] == [EventKind.OPENED, EventKind.APPROVAL_NEEDED,
+        assert [e.kind for e in recorder.events] == [EventKind.OPENED, EventKind.APPROVAL_NEEDED, EventKind.PLANNED,
                                                      EventKind.RESOLVED, EventKind.UPDATED]
     finally:
         bus.close()

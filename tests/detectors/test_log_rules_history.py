@@ -104,6 +104,19 @@ def test_an_error_line_of_a_job_already_succeeded_is_a_warning_closed_at_once(ru
     assert recovery.fingerprint == finding.fingerprint and recovery.severity is Severity.WARNING
 
 
+@pytest.mark.parametrize("status", ["FAILED", "STOPPED"])
+def test_an_error_line_read_after_its_job_failed_is_marked_as_late(rules: RuleSet, status: str) -> None:
+    """Ray lists a short job's driver log only after it ended: the line is the failure already told (the job's
+    FAILED message quotes it), marked so the incident desk files it there; it waits for no success."""
+    detector = LogRuleDetector(rules, clock=lambda: NOW)
+    detector.detect([job_state(status)])
+    [finding] = detector.detect([line(OOM, 1)])
+    assert finding.attrs[keys.JOB_ENDED] == status and finding.severity is Severity.CRITICAL
+    assert detector.detect([job_state("SUCCEEDED")]) == [] and detector.recoveries() == []
+    [running] = LogRuleDetector(rules, clock=lambda: NOW).detect([job_state("RUNNING"), line(OOM, 1)])
+    assert keys.JOB_ENDED not in running.attrs
+
+
 def test_only_the_job_that_succeeded_is_closed(rules: RuleSet) -> None:
     other = Subject(kind=SubjectKind.JOB, id="raysubmit_B")
     node = Subject(kind=SubjectKind.NODE, id="n" * 56, name="10.0.0.7")
