@@ -70,6 +70,10 @@ OLD_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 G
            "79.15 GiB of which 18.00 MiB is free.")
 
 
+class FaultSkipped(Exception):
+    """The fault cannot be caused cleanly right now (and nothing was touched): the soak goes on to the next one."""
+
+
 @dataclass
 class Fault:
     """One fault caused by the soak: what it touched (to tell which incidents are about it) and when."""
@@ -226,6 +230,11 @@ class Soak:
                 and j.get("status") in {"PENDING", "RUNNING"}]
         return max(runs, key=len) if runs else self.train_sid
 
+    def _driver_node(self, sid: str) -> str | None:
+        """The Ray node id of a job's driver, as Ray's Jobs API tells it (None when it does not)."""
+        answer = httpx.get(f"{self.cluster.dashboard_url}/api/jobs/{sid}", timeout=10)
+        return answer.json().get("driver_node_id") if answer.status_code == 200 else None
+
     def heal(self, restart: frozenset[int] = frozenset()) -> list[str]:
         """After a fault that went wrong: every worker ALIVE again (a killed one is started again) and the workers in
         `restart` started afresh (one left draining by a planned restart that did not finish is still ALIVE)."""
@@ -294,6 +303,12 @@ class Soak:
     def _cause_host_oom(self) -> Fault:
         from stage.demo.inject import host_oom
 
+        # Worker 2's planned restart drains it, and a drain waits for the work on it: the training job's driver,
+        # placed by Ray on any worker (its rank is pinned to worker 1), would hold it forever. Not this round then.
+        driver = self._driver_node(self.training_job())
+        if driver is not None and driver == self.cluster.worker(2).node_id:
+            raise FaultSkipped("the training job's driver runs on worker 2, which the host OOM restarts")
+
         injection = host_oom(self.ctx)  # restarts worker 2 with a low threshold (a planned, drained restart)
         fault = Fault("host_oom", Category.HOST_OOM, injection.at, sids={injection.submission_id or ""},
                       note=injection.note)
@@ -329,6 +344,10 @@ class Soak:
     def run_fault(self, kind: str, settle_s: float) -> Fault:
         try:
             fault = self.cause(kind)
+        except FaultSkipped as skipped:  # nothing was done: nothing to clean up, and it is no fault caused
+            fault = Fault(kind, Category.UNKNOWN, time.time(), error=f"not caused: skipped: {skipped}")
+            self.faults.append(fault)
+            return fault
         except Exception as exc:  # noqa: BLE001 - a fault that could not be caused is reported, the soak goes on
             fault = Fault(kind, Category.UNKNOWN, time.time(), error=f"not caused: {type(exc).__name__}: {exc}")
             self.faults.append(fault)
