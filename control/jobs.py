@@ -20,8 +20,17 @@ How Ray 2.60 behaves here (measured on the local 3-node cluster, see tests/contr
   at client construction, or a requests error later; a duplicate submission id a 500 carrying "already
   exists". All are wrapped into core.errors here.
 - `stop_job` returns False for a job already ended; a stopped job is STOPPED a second or two later.
-- `start_time` is when Ray accepted the submission; timeouts count from it, and only RUNNING jobs are
-  stopped for one (a job still PENDING is waiting for resources, not overrunning).
+- `start_time` is when Ray accepted the submission; timeouts count from it, for RUNNING and PENDING jobs
+  alike: a job whose driver no node can take (a pool nobody joined a node into, resources nobody has) would
+  otherwise wait, holding its place, until Ray's own start timeout (RAY_JOB_START_TIMEOUT_SECONDS, 15 min by
+  default, which fails it) or forever where that is raised.
+- Stopping a PENDING job (read in Ray 2.60's job_manager.py and job_supervisor.py): `stop_job` returns True
+  once Ray has registered the job's supervisor actor, and queues the stop on it; the job stays PENDING
+  until the actor gets a node, then its driver is started and stopped at once (STOPPED), or Ray's start
+  timeout fails it. A job already marked timed_out is therefore not asked again.
+- A job's pool reaches Ray as `entrypoint_label_selector={core.ray_labels.POOL_LABEL: <pool>}`, the label
+  join gives the pool's nodes; Ray 2.60 ANDs it with the entrypoint resources. It places the driver only:
+  the tasks and actors the driver starts are placed by their own options.
 
 One module past 400 lines on purpose: every call here wraps the same Ray client and its errors, and the
 measured behaviours above apply to all of them.
@@ -49,10 +58,12 @@ from control.jobspec import JobSpec
 from core.errors import ArgusError, ConfigError, Conflict, InputError, NotFound, SourceUnavailable
 from core.jobfolder import JobFolder, JobFolders, is_submission_id
 from core.lineage import Lineage
+from core.ray_labels import POOL_LABEL, WORKER_RESOURCE
 from core.types import utcnow
 
-DEFAULT_ENTRYPOINT_RESOURCES: dict[str, float] = {"worker": 0.001}
+DEFAULT_ENTRYPOINT_RESOURCES: dict[str, float] = {WORKER_RESOURCE: 0.001}
 TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+TIMED = frozenset({"PENDING", "RUNNING"})  # the statuses a timeout applies to: every one not yet ended
 DASHBOARD_HINT = "check that the Ray head is up and ray_dashboard_url points at its dashboard (port 8265)"
 MAX_LOG_BYTES = 8 * 1024 * 1024
 
@@ -341,29 +352,42 @@ class JobController:
         return replace(record, message=message, mark="stopped" if stopping else record.mark)
 
     def enforce_timeouts(self) -> builtins.list[str]:
-        """Stop each RUNNING Argus job older than its timeout_s and mark it timed_out; return their ids."""
+        """Stop each Argus job, RUNNING or still PENDING, whose time since submission is over its timeout_s,
+        mark it timed_out with the reason, and return their ids (see the module docstring for PENDING)."""
         now = self.clock()
         stopped: builtins.list[str] = []
         for info in self._call("list jobs", None, lambda: self.client.list_jobs()):
             metadata = info.metadata or {}
             sid = info.submission_id
-            if metadata.get("argus") != "1" or _status(info.status) != "RUNNING" or not sid:
+            status = _status(info.status)
+            if metadata.get("argus") != "1" or status not in TIMED or not is_submission_id(sid):
                 continue
             timeout = self._timeout_of(sid, metadata)
-            started = _ms(info.start_time)
-            if timeout is None or started is None or (now - started).total_seconds() <= timeout:
+            submitted = _ms(info.start_time)
+            if timeout is None or submitted is None or (now - submitted).total_seconds() <= timeout:
                 continue
-            ran = (now - started).total_seconds()
+            folder = self.folder(sid)
+            if (self._read_mark(folder) or {}).get("mark") == "timed_out":
+                continue  # asked already; a PENDING job ends only when Ray places or fails it
             try:
-                was_running = self._call("stop a job", sid, partial(self.client.stop_job, sid))
+                asked = self._call("stop a job", sid, partial(self.client.stop_job, sid))
             except NotFound:
                 continue
-            if was_running:
-                reason = f"ran {ran:.0f} s, over its timeout of {timeout:g} s"
-                self._write_mark(self.folder(sid), "timed_out", reason, timeout_s=timeout)
-                logger.warning("job {} timed out: {}", sid, reason)
-                stopped.append(sid)
+            if not asked:  # ended meanwhile, or Ray has not registered its supervisor yet: the next pass looks again
+                continue
+            reason = _timeout_reason(status, (now - submitted).total_seconds(), timeout, self._read_call(folder))
+            self._write_mark(folder, "timed_out", reason, timeout_s=timeout, job_status=status)
+            logger.warning("job {} timed out: {}", sid, reason)
+            stopped.append(sid)
         return stopped
+
+    def _read_call(self, folder: JobFolder) -> dict[str, Any] | None:
+        """The submit call recorded in the job's folder (config/submit.json); None when unreadable."""
+        try:
+            call = json.loads(folder.submit_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return call if isinstance(call, dict) else None
 
     def _timeout_of(self, sid: str, metadata: dict[str, str]) -> float | None:
         try:
@@ -477,6 +501,30 @@ class JobController:
                 hint="the driver's node may be gone; read the job folder's logs/ instead",
             )
         return body
+
+
+def _timeout_reason(status: str, age_s: float, timeout_s: float, call: dict[str, Any] | None) -> str:
+    """Why a job was timed out, in words a user acts on; for a job that never started, what it waited for
+    (from its submit call, `call`, None when unreadable)."""
+    over = f"{age_s:.0f} s after submission, over its timeout of {timeout_s:g} s"
+    if status != "PENDING":
+        return f"ran {over}"
+    selector = _mapping(call, "entrypoint_label_selector")
+    resources = _mapping(call, "entrypoint_resources")
+    if call is not None and call.get("entrypoint_num_cpus"):
+        resources["CPU"] = call["entrypoint_num_cpus"]
+    wants = [f"{what} {', '.join(f'{k}={v}' for k, v in asked.items())}"
+             for what, asked in (("labels", selector), ("resources", resources)) if asked]
+    pool = selector.get(POOL_LABEL)
+    todo = (f"join a node into pool {pool} or free one there, or resubmit in a pool that has free nodes"
+            if pool else "see `ray status` for free nodes, or resubmit asking for less")
+    return (f"still PENDING {over}: its driver never started, as no node offered "
+            f"{' and '.join(wants) or 'it a place'}; {todo}")
+
+
+def _mapping(call: dict[str, Any] | None, key: str) -> dict[str, Any]:
+    value = (call or {}).get(key)
+    return dict(value) if isinstance(value, dict) else {}
 
 
 def _last_lines(text: str, lines: int) -> str:

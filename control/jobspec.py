@@ -19,8 +19,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from control.nodes import NAME_RE as POOL_NAME_RE
 from core.errors import InputError
 from core.jobfolder import SUBMISSION_ID_RE
+from core.ray_labels import POOL_LABEL
 
 MAX_SPEC_BYTES = 256 * 1024
 MAX_ENTRYPOINT_CHARS = 16 * 1024
@@ -44,7 +46,9 @@ PATH_RE = re.compile(r"^/[A-Za-z0-9_.,+@/-]*\Z")
 # Keys the controller sets itself or that would break the job's runtime: refused in `env`.
 RESERVED_ENV_PREFIXES = ("RAY_", "ARGUS_")
 RESERVED_ENV_KEYS = frozenset({"PYTHONPATH"})
-POOL_LABEL = "pool"
+# How specs written before the pool had one label key spelt it: `labels: {pool: <pool>}` meant the pool (the
+# docs said so), so it still does; it is sent to Ray as POOL_LABEL, the key nodes joined into a pool carry.
+OLD_POOL_KEY = "pool"
 
 Workload = Literal["ppo", "grpo", "sft", "custom"]
 
@@ -83,7 +87,8 @@ class JobSpec(BaseModel):
     entrypoint: str = Field(description="shell command Ray runs as the job driver, passed as is")
     nnodes: int = Field(default=1, ge=1, le=1024)
     gpus_per_node: int = Field(default=0, ge=0, le=16)
-    pool: str | None = Field(default=None, description="node pool; same as labels {'pool': <pool>}")
+    pool: str | None = Field(default=None, description=f"node pool: the driver lands on a node joined into it "
+                             f"(Ray label {POOL_LABEL}); labels {{'pool': <pool>}} says the same")
     labels: dict[str, str] = Field(default_factory=dict, description="node labels the driver must land on")
     code_path: str | None = Field(default=None, description="put first on PYTHONPATH")
     env: dict[str, str] = Field(default_factory=dict)
@@ -128,9 +133,11 @@ class JobSpec(BaseModel):
     @field_validator("pool")
     @classmethod
     def _pool(cls, v: str | None) -> str | None:
-        if v is not None and not LABEL_VALUE_RE.match(v):
+        # Named as a node's pool is (control/nodes.py): a name no node can be joined into would wait forever.
+        if v is not None and not POOL_NAME_RE.fullmatch(v):
             raise ValueError(
-                "must be 1-63 letters, digits, '_', '.', '-', starting and ending with a letter or digit"
+                "must be a pool name as nodes are joined into: 1-63 lowercase letters, digits, '.', '-', "
+                "starting and ending with a letter or digit"
             )
         return v
 
@@ -172,20 +179,33 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _pool_vs_labels(self) -> JobSpec:
-        if self.pool is not None and self.labels.get(POOL_LABEL, self.pool) != self.pool:
-            raise ValueError(
-                f"pool {self.pool!r} contradicts labels.{POOL_LABEL}={self.labels[POOL_LABEL]!r}"
-            )
+        named = {f"labels.{key}": self.labels[key] for key in (POOL_LABEL, OLD_POOL_KEY) if key in self.labels}
+        if self.pool is not None:
+            named = {"pool": self.pool, **named}
+        if len(set(named.values())) > 1:
+            said = ", ".join(f"{where}={value!r}" for where, value in named.items())
+            raise ValueError(f"names two pools ({said}): give the pool once, as pool: <name>")
+        for where, value in named.items():
+            if not POOL_NAME_RE.fullmatch(value):  # `pool` itself was checked by _pool; a label spelling was not
+                raise ValueError(f"{where}={value!r} is not a pool name: pools are named as nodes are, "
+                                 "1-63 lowercase letters, digits, '.', '-'")
         return self
 
     # -- derived -----------------------------------------------------------------------------------
 
     @property
+    def pool_name(self) -> str | None:
+        """The pool the job names: `pool`, or the same said as a label (`argus.io/pool`, or the older `pool`)."""
+        return self.pool or self.labels.get(POOL_LABEL) or self.labels.get(OLD_POOL_KEY)
+
+    @property
     def label_selector(self) -> dict[str, str]:
-        """The node labels the driver must land on: `labels` plus {'pool': pool}."""
-        selector = dict(self.labels)
-        if self.pool is not None:
-            selector[POOL_LABEL] = self.pool
+        """The node labels the driver must land on (Ray's entrypoint_label_selector): `labels`, with the pool
+        under POOL_LABEL, the key join gives a node of that pool (control/node_manager.py)."""
+        selector = {k: v for k, v in self.labels.items() if k not in (POOL_LABEL, OLD_POOL_KEY)}
+        pool = self.pool_name
+        if pool is not None:
+            selector[POOL_LABEL] = pool
         return selector
 
     def to_yaml(self) -> str:

@@ -24,11 +24,9 @@ from control import commands
 from control.nodes import NodeRecord, NodeRegistry, NodeSpec, NodeState, transition
 from control.ssh import CommandOutcome, CommandRunner, SshRunner
 from core.errors import ArgusError, Conflict, SourceUnavailable
+from core.ray_labels import NODE_LABEL, POOL_LABEL, WORKER_RESOURCE
 from core.types import utcnow
 
-NODE_LABEL = "argus.io/node"
-POOL_LABEL = "argus.io/pool"
-WORKER_RESOURCE = "worker"  # jobs put their driver on a worker by requesting it (entrypoint_resources)
 NVIDIA_SMI_ABSENT = 127  # the shell's "command not found"
 
 
@@ -46,6 +44,18 @@ class NodeOutcome:
     data: dict[str, Any] = field(default_factory=dict)
     commands: tuple[CommandOutcome, ...] = ()
     at: datetime = field(default_factory=utcnow)
+
+
+def node_labels(spec: NodeSpec) -> dict[str, str]:
+    """The Ray labels join gives the node: its own, its name, and its pool under the key a JobSpec's pool selects.
+
+    Argus's keys come last: a spec's `labels` cannot rename the node or move it into another pool."""
+    return {**spec.labels, NODE_LABEL: spec.name, **({POOL_LABEL: spec.pool} if spec.pool else {})}
+
+
+def node_resources(spec: NodeSpec) -> dict[str, float]:
+    """The custom Ray resources join gives the node: one `worker` (what job drivers ask for) and the spec's."""
+    return {WORKER_RESOURCE: 1, **spec.resources}
 
 
 def default_runner_factory(spec: NodeSpec) -> CommandRunner:
@@ -130,9 +140,7 @@ class NodeManager:
         """Start Ray on the node with its labels and resources, wait until Ray lists it ALIVE, move it online."""
         name, spec = record.name, record.spec
         try:
-            resources = {WORKER_RESOURCE: 1, **spec.resources}
-            labels = {**spec.labels, NODE_LABEL: name, **({POOL_LABEL: spec.pool} if spec.pool else {})}
-            argv = commands.ray_start_for(spec, self.gcs_address, resources, labels,
+            argv = commands.ray_start_for(spec, self.gcs_address, node_resources(spec), node_labels(spec),
                                           timeout_s=int(self.join_timeout_s))
             result = self._runner(spec).run(argv, timeout_s=self.join_timeout_s + 15)
             ran = (*earlier, result)

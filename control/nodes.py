@@ -22,6 +22,7 @@ from typing import Annotated, Protocol, runtime_checkable
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.errors import Conflict, InputError, NotFound
+from core.ray_labels import POOL_LABEL
 from core.types import utcnow
 
 NAME_RE = re.compile(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?")
@@ -216,11 +217,13 @@ class NodeSpec(BaseModel):
         default=None, description="Ray's --node-ip-address; default: host, when host is an IP address"
     )
     labels: Annotated[dict[str, str], AfterValidator(check_labels)] = Field(default_factory=dict)
-    pool: Name | None = None
+    pool: Name | None = Field(
+        default=None, description=f"join labels the node {POOL_LABEL}=<pool>; a JobSpec naming the pool lands there"
+    )
     gpus: Annotated[int, Field(ge=0, le=MAX_GPUS)] = 0
     cpus: Annotated[int, Field(ge=0, le=1024)] | None = None
     resources: Annotated[dict[str, float], AfterValidator(check_resources)] = Field(
-        default_factory=dict, description="extra custom Ray resources besides 'worker' and the pool's"
+        default_factory=dict, description="extra custom Ray resources besides 'worker' (the pool is a label)"
     )
     ray_bin: Annotated[str, AfterValidator(check_program)] = "ray"
     ray_temp_dir: AbsPath | None = Field(

@@ -40,7 +40,7 @@ def test_full_yaml_file_loads(tmp_path: Path) -> None:
     )
     s = JobSpec.load(path)
     assert (s.workload, s.nnodes, s.gpus_per_node, s.resume, s.timeout_s) == ("grpo", 2, 8, True, 3600.0)
-    assert s.label_selector == {"zone": "rack-3", "example.com/tier": "gold", "pool": "a100"}
+    assert s.label_selector == {"zone": "rack-3", "example.com/tier": "gold", "argus.io/pool": "a100"}
     assert s.env["NCCL_DEBUG"] == "INFO" and s.submission_id == "grpo-7b-run.1"
     # the snapshot written into the job folder loads back to the same spec
     assert JobSpec.from_text(s.to_yaml()) == s
@@ -154,7 +154,7 @@ def test_bad_env_is_refused(env: dict, match: str) -> None:
         ({"zone": "rack 3"}, "label value"),
         ({"zone": ""}, "label value"),
         ({"zone": "$(id)"}, "label value"),
-        ({"pool": "b"}, "contradicts"),
+        ({"pool": "b"}, "names two pools"),
     ],
 )
 def test_bad_labels_are_refused(labels: dict, match: str) -> None:
