@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import signal
@@ -411,9 +412,11 @@ class Soak:
         started = self.started_at
         false = [i for i in everything if i.id not in owned and i.detected_at.timestamp() >= started - 5
                  and not i.attrs.get("merged_into")]
-        messages = self._im_messages()
         per_fault = []
-        for f in self.faults:
+        for n, f in enumerate(self.faults):
+            # a fault that reopened an earlier fault's incident owns the messages from its start to the next fault's
+            until = self.faults[n + 1].at - 1.0 if n + 1 < len(self.faults) else math.inf
+            messages = self._im_messages(f.at - 1.0, until)
             latest = {i.id: i for i in everything if i.id in f.incidents}
             live = [i for i in latest.values() if not i.attrs.get("merged_into")]
             per_fault.append({
@@ -439,18 +442,21 @@ class Soak:
             "left_open": sum(p["left_open"] for p in caused),
             "duplicates": sum(p["duplicates"] for p in caused),
             "im_messages_max_per_fault": max((p["im_messages"] for p in caused), default=0),
-            "im_messages_total": sum(messages.values()),
+            "im_messages_total": sum(self._im_messages().values()),
             "rss_start_mib": round(rss_start, 1),
             "rss_end_mib": round(rss_end, 1),
             "rss_growth_mib": round(rss_end - rss_start, 1),
             "faults": per_fault,
         }
 
-    def _im_messages(self) -> dict[str, int]:
-        """incident id -> IM messages that named it (a digest names several and counts once for each)."""
+    def _im_messages(self, since: float = 0.0, until: float = math.inf) -> dict[str, int]:
+        """incident id -> IM messages that named it, received in [since, until) (a digest names several and counts
+        once for each)."""
         counts: dict[str, int] = {}
         for item in self.receiver.received:
             if not item["path"].endswith("/im") or not isinstance(item["body"], dict):
+                continue
+            if not since <= item["received_at"] < until:
                 continue
             body = item["body"]
             for one in body.get("items") or [body]:
