@@ -98,7 +98,7 @@ class IncidentDesk:
             incident = self.store.attach_finding(root.id, finding)
             own = self.store.find_open(finding.fingerprint)
             if own is not None and own.id != root.id:  # its own incident, opened before the link was known
-                self.store.merge_into(own.id, root.id)
+                self._merge(own.id, root.id)
             logger.bind(incident=root.id).info(
                 "{} on {} filed as an echo of {} ({})", finding.category.value, finding.subject.id,
                 root.id, root.category.value,
@@ -150,7 +150,16 @@ class IncidentDesk:
         """Merge into `incident` the open incidents the correlator says it explains (echoes; its node's own)."""
         if self.correlator is not None:
             for echo in self.correlator.echoes_of(incident):
-                self.store.merge_into(echo.id, incident.id)
+                self._merge(echo.id, incident.id)
+
+    def _merge(self, echo_id: str, root_id: str) -> None:
+        """Fold an open incident into its root's, and announce it resolved (merged): webhooks that heard it open
+        hear it end, and an IM opening of it still waiting to leave is not sent at all (argus.notify)."""
+        self.store.merge_into(echo_id, root_id)
+        merged = self.store.get_incident(echo_id)
+        reason = f"merged into {root_id}: the same fault, told there"
+        logger.bind(incident=echo_id).info("incident {}", reason)
+        self.events.publish(IncidentEvent.state_changed(merged, by="argus", reason=reason))
 
     # -- changing state ------------------------------------------------------------------------------------------
 

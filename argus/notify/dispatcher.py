@@ -146,6 +146,15 @@ class _Lane:
         return (any(key in p.keys for p in self.pending) or any(key in o.pending.keys for o in self.first.values())
                 or any(key in h.latest.keys or any(key in e.keys for e in h.earlier) for h in self.held.values()))
 
+    def drop_opening(self, incident_id: str) -> _Pending | None:
+        """Take the incident's opening (and what was folded into it) out of the lane if it has not left yet."""
+        if incident_id in self.first:
+            return self.first.pop(incident_id).pending
+        opening = self.opening_of(incident_id)
+        if opening is not None:
+            self.pending.remove(opening)
+        return opening
+
     def opening_of(self, incident_id: str) -> _Pending | None:
         """The incident's opening message if it has not left yet: waiting for its report, or in a digest to come."""
         if incident_id in self.first:
@@ -287,12 +296,27 @@ class Dispatcher:
         message = build_message(incident, event, report=report, approvals=approvals, public_url=self.public_url)
         detail = _detail(incident, event, report, approvals)
         now = self._clock().timestamp()
+        lanes = self._lanes
+        if event == "resolved" and incident.attrs.get("merged_into"):
+            lanes = [lane for lane in lanes if not self._unsaid(lane, incident)]
         results = [self._offer(lane, delivery_key(incident.id, event, lane.channel.name, detail), message, now,
-                               awaits) for lane in self._lanes]
+                               awaits) for lane in lanes]
         now = self._clock().timestamp()
         for lane in self._lanes:
             self._flush_lane(lane, now)
         return all(results)
+
+    def _unsaid(self, lane: _Lane, incident: Incident) -> bool:
+        """An incident merged into another before its opening left this lane: the group is told nothing of it (its
+        fault is told under the incident it joined), neither its opening nor its end. False: the opening was sent,
+        and the end is told as usual."""
+        dropped = lane.drop_opening(incident.id)
+        if dropped is None:
+            return False
+        logger.bind(incident=incident.id).info(
+            "{} is not told about this incident: it was merged into {} before its opening left ({} message(s))",
+            lane.channel.name, incident.attrs.get("merged_into"), len(dropped.keys))
+        return True
 
     def _offer(self, lane: _Lane, key: str, message: Message, now: float,
                awaits: frozenset[str] = frozenset()) -> bool:

@@ -182,10 +182,13 @@ class IncidentRepository:
             root.first_seen = min(root.first_seen, echo.first_seen)
             root.last_seen = max(root.last_seen, echo.last_seen)
             _note_echo(root, echo.fingerprint)
+            attrs = {**(echo.attrs or {}), "merged_into": root.id}
             if echo.state != IncidentState.RESOLVED.value:
                 echo.state = IncidentState.RESOLVED.value
                 echo.resolved_at = self._clock()
-            echo.attrs = {**(echo.attrs or {}), "merged_into": root.id}
+                attrs[RESOLUTION] = {"by": "argus", "reason": f"merged into {root.id}: the same fault, told there",
+                                     "at": as_utc(echo.resolved_at).isoformat()}
+            echo.attrs = attrs
             logger.info("incident {} merged into {} (an echo of its root cause)", echo_id, root_id)
             return saved(s, root).to_domain()
 

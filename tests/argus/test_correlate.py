@@ -213,3 +213,27 @@ def test_a_late_line_of_an_ended_job_joins_the_incident_that_told_its_failure_wi
 
     running = late.model_copy(update={"attrs": {}})
     assert pipeline.incidents.file(running).incident.id != incident.id  # not marked: filed as before
+
+
+def test_an_incident_merged_into_its_root_is_announced_resolved_with_the_reason(tmp_path):
+    """Webhooks and IM heard the echo's incident open: they hear it end, as merged into the root's."""
+    from argus.incidents.bus import EventBus
+    from argus.incidents.events import EventKind
+    from tests.support import RecordingSubscriber
+
+    store = Store(f"sqlite:///{tmp_path / 'argus.db'}")
+    recorder, bus = RecordingSubscriber(), EventBus()
+    bus.start([recorder])
+    desk = IncidentDesk(store, events=bus, correlator=Correlator(store, window_s=1800, clock=lambda: T0))
+    try:
+        echo = desk.file(job_finding(Category.NCCL_HANG, "job-m", "NcclWatchdogTimeout")).incident
+        root = desk.file(job_finding(Category.GPU_OOM, "job-m", "CudaOutOfMemory")).incident
+        assert bus.drain(10)
+        ended = [e for e in recorder.events if e.kind is EventKind.RESOLVED]
+        assert [e.incident.id for e in ended] == [echo.id]
+        assert ended[0].incident.attrs["merged_into"] == root.id
+        assert ended[0].incident.resolution == f"by argus: merged into {root.id}: the same fault, told there"
+        assert [e.kind for e in recorder.events if e.incident.id == root.id] == [EventKind.OPENED]
+    finally:
+        bus.close()
+        store.close()

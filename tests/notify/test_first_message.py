@@ -140,3 +140,26 @@ def test_an_opening_leaves_once_its_report_and_plan_are_in_and_a_late_plan_is_wa
     assert dispatcher.flush() and counts(chosen) == {2}
     clock.tick(1.5)
     assert dispatcher.flush() and counts(chosen) == {3}
+
+
+def test_an_incident_merged_before_its_opening_left_is_not_told_at_all(platforms, store, make_dispatcher, clock):
+    """Recorded in a soak: the job's line opened one incident, the GCS's line about the dead node another 0.8 s
+    later, merged into the first a second after that; its opening waited in the storm's digest and left 30 s later
+    about a fault already told (a third message for one fault). Merged before it left, it is not told at all; one
+    merged after its opening left is told ended."""
+    chosen = {k: platforms[k] for k in ("slack", "webhook")}
+    dispatcher = make_dispatcher(configs(chosen), group_window_s=30.0)
+    job, node, later = open_incident(store, 1), open_incident(store, 2), open_incident(store, 3)
+    assert dispatcher.notify(job, "opened") and counts(chosen) == {1}
+    assert dispatcher.notify(node, "opened") and counts(chosen) == {1}  # waits in the group window's digest
+    store.merge_into(node.id, job.id)
+    assert dispatcher.notify(store.get_incident(node.id), "resolved")
+    clock.tick(31)
+    assert dispatcher.flush() and counts(chosen) == {1} and dispatcher.pending() == {"slack": 0, "webhook": 0}
+
+    clock.tick(31)
+    assert dispatcher.notify(later, "opened") and counts(chosen) == {2}  # its opening left at once
+    store.merge_into(later.id, job.id)
+    assert dispatcher.notify(store.get_incident(later.id), "resolved") and counts(chosen) == {3}
+    ended = chosen["webhook"].bodies()[-1]
+    assert ended["event"] == "incident.resolved" and f"merged into {job.id}" in str(ended)
