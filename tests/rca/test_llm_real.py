@@ -5,13 +5,15 @@ answer the design allows, not for one model's wording."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from core.types import Category
+from core.types import Category, Report
 from detectors.engine import load_rules
 from rca.engine import RcaEngine
-from rca.evidence import EvidenceBuilder, LogSource
-from rca.llm import LlmWriter
+from rca.evidence import EvidenceBundle, LogSource
+from rca.llm import LlmOutcome, LlmWriter
 from rca.redact import Redactor
 from tests.rca.test_report import OOM_LOG, finding, incident
 
@@ -24,9 +26,31 @@ def writer(llm_server) -> LlmWriter:
     return LlmWriter(llm_server.base_url, llm_server.model, timeout_s=240, max_retries=0)
 
 
-def test_the_answer_fits_the_schema(writer: LlmWriter) -> None:
-    bundle, _ = EvidenceBuilder(RULES, Redactor()).build(incident(), [], [OOM_LOG])
-    outcome = writer.analyze(bundle)
+class Recording(LlmWriter):
+    """The real writer, keeping each answer it gave: one call to a small model on two cores takes about 100 s, so
+    the OOM report's one answer serves both the schema test and the category test."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.outcomes: list[LlmOutcome] = []
+
+    def analyze(self, bundle: EvidenceBundle) -> LlmOutcome:
+        outcome = super().analyze(bundle)
+        self.outcomes.append(outcome)
+        return outcome
+
+
+@pytest.fixture(scope="module")
+def oom_report(llm_server) -> tuple[Report, LlmOutcome, str]:
+    recording = Recording(llm_server.base_url, llm_server.model, timeout_s=240, max_retries=0)
+    engine = RcaEngine(RULES, Redactor, writer=recording)
+    report = engine.report(incident(), [finding("JobFailed", Category.UNKNOWN, "job failed")], [OOM_LOG])
+    [outcome] = recording.outcomes
+    return report, outcome, recording.model
+
+
+def test_the_answer_fits_the_schema(oom_report: tuple[Report, LlmOutcome, str]) -> None:
+    _, outcome, _ = oom_report
     assert outcome.ok, outcome.error
     analysis = outcome.analysis
     assert analysis is not None and Category(analysis.category)
@@ -34,14 +58,13 @@ def test_the_answer_fits_the_schema(writer: LlmWriter) -> None:
     assert outcome.seconds > 0
 
 
-def test_the_category_is_kept_or_rejected_with_a_reason(writer: LlmWriter) -> None:
-    engine = RcaEngine(RULES, Redactor, writer=writer)
-    report = engine.report(incident(), [finding("JobFailed", Category.UNKNOWN, "job failed")], [OOM_LOG])
+def test_the_category_is_kept_or_rejected_with_a_reason(oom_report: tuple[Report, LlmOutcome, str]) -> None:
+    report, _, model = oom_report
     llm = report.data["llm"]
     assert llm["ok"], llm["error"]
     assert report.category is Category.GPU_OOM  # a matched OOM signature is never overruled
     if llm["category"] == "gpu_oom":
-        assert llm["accepted"] and report.generator == f"llm:{writer.model}"
+        assert llm["accepted"] and report.generator == f"llm:{model}"
     else:
         assert not llm["accepted"] and "rejected" in llm["note"] and report.generator == "deterministic"
         assert "LLM review: the LLM proposed" in report.markdown
