@@ -469,6 +469,13 @@ class Soak:
 KINDS = ("hung_rank", "cuda_oom", "xid", "idle_gpus", "host_oom", "node_lost")
 
 
+def verdict(fault: Fault) -> str:
+    """One word for the console: detected, missed, or not caused (skipped, or it could not be)."""
+    if fault.detected_at is not None:
+        return "detected"
+    return "not caused" if (fault.error or "").startswith("not caused") else "MISSED"
+
+
 def schedule(rng: random.Random, kinds: tuple[str, ...] = KINDS) -> Callable[[], str]:
     """Every class once in a shuffled round, round after round: all six come up in a long enough soak."""
     queue: list[str] = []
@@ -536,7 +543,7 @@ def main() -> int:
             with console.status(f"t+{time.time() - soak.started_at:.0f}s: {kind}"):
                 fault = soak.run_fault(kind, args.settle)
             console.print(f"t+{fault.at - soak.started_at:.0f}s {kind}: "
-                          f"{'detected' if fault.detected_at else 'MISSED'} {sorted(fault.incidents)}"
+                          f"{verdict(fault)} {sorted(fault.incidents)}"
                           f"{' · ' + fault.error if fault.error else ''}")
         rss_end = soak.rss_mib()
         result = soak.summary(rss_start, rss_end)
