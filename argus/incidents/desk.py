@@ -27,7 +27,7 @@ from argus.incidents.correlate import Correlator
 from argus.incidents.events import IncidentEvent
 from core import signal_keys as keys
 from core.refs import refs_of
-from core.types import Action, Finding, Incident, IncidentState, Recovery, Report, Severity, SubjectKind
+from core.types import Action, Category, Finding, Incident, IncidentState, Recovery, Report, Severity, SubjectKind
 
 
 class IncidentStore(Protocol):
@@ -104,13 +104,14 @@ class IncidentDesk:
                 root.id, root.category.value,
             )
             return Filed(Outcome.ECHO, incident)
-        if finding.attrs.get(keys.JOB_ENDED) and (told := self._told(finding)) is not None:
-            # A line of a job that had already ended, read late (Ray lists a short job's driver log after it failed):
-            # the fault it shows was told, and an ended job cannot fail again. Evidence for that incident, which
-            # stays as it is: resolved ones are not reopened.
+        if _cannot_recur(finding) and (told := self._told(finding)) is not None:
+            # Read late, about a fault already told: a line of a job that had already ended (Ray lists a short job's
+            # driver log after it failed), or about a Ray node that already died (the GCS's log read after the
+            # node's incident closed): an ended job cannot fail again and a node id dies once. Evidence for that
+            # incident, which stays as it is: resolved ones are not reopened.
             incident = self.store.attach_finding(told.id, finding)
-            logger.bind(incident=told.id).info("a late line of ended job {} kept with the incident it belongs to",
-                                               finding.subject.id)
+            logger.bind(incident=told.id).info("a late {} finding about {} kept with the incident that told it",
+                                               finding.category.value, finding.subject.id)
             return Filed(Outcome.FOLDED, incident)
         incident, recorded = self.store.file_finding(finding, reopen_within_s=self.reopen_window_s)
         log = logger.bind(incident=incident.id, category=incident.category.value)
@@ -217,6 +218,14 @@ class IncidentDesk:
         """Steps wait for a person (or the agent): they are told, with approve/reject links where configured."""
         if actions:
             self.events.publish(IncidentEvent.approval_needed(incident, actions))
+
+
+def _cannot_recur(finding: Finding) -> bool:
+    """A finding whose fault cannot happen again to its subject: about a job that had ended when its line was read,
+    or the death of a Ray node (a node id is one raylet's life; a node that comes back is a new id)."""
+    if finding.attrs.get(keys.JOB_ENDED):
+        return True
+    return finding.category is Category.NODE_LOST and finding.subject.kind is SubjectKind.NODE
 
 
 def ordinal(n: int) -> str:

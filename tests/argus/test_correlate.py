@@ -237,3 +237,21 @@ def test_an_incident_merged_into_its_root_is_announced_resolved_with_the_reason(
     finally:
         bus.close()
         store.close()
+
+
+def test_a_ray_node_dies_once_a_late_line_about_its_death_joins_its_closed_incident(setup):
+    """Recorded in a soak: the job's line and Ray's node state made one incident, closed 6 s later when the job ran
+    again; then the GCS's log line about the same node's failed health checks was read. A Ray node id is one
+    raylet's life: that line is the same death, evidence for the closed incident, which is not reopened."""
+    store, replay, pipeline, _ = setup
+    replay.batches = [[job_finding(Category.NODE_LOST, "job-k", "RayletTerminatedUnexpectedly")],
+                      [node_lost("n7", ["job-k"])]]
+    [incident] = pipeline.run_once().opened
+    pipeline.run_once()
+    node = next(f for f in store.findings_for(incident.id) if f.reason == "RayNodeDead")
+    pipeline.incidents.recover(Recovery(fingerprint=node.fingerprint, detector="lost_node", reason="job-k runs"))
+
+    gcs = node_lost("n7", [], at=T0 + timedelta(seconds=11)).model_copy(update={"reason": "NodeHealthCheckFailed"})
+    filed = pipeline.incidents.file(gcs)
+    assert filed.incident.id == incident.id and filed.incident.state is IncidentState.RESOLVED
+    assert [i.id for i in store.list_incidents()] == [incident.id]

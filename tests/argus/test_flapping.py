@@ -39,6 +39,15 @@ def node_lost(node_ip: str = "10.0.0.9") -> Finding:
                    summary=f"node {node_ip} died", first_seen=T0, detected_at=T0, attrs={"node_ip": node_ip})
 
 
+def xid(node_ip: str = "10.0.0.9") -> Finding:
+    """A GPU that keeps falling off the bus: the fault that flaps. (A lost node does not: a Ray node id dies once,
+    and the desk files a late finding about it with its incident; argus/incidents/desk.py.)"""
+    return Finding(category=Category.GPU_HARDWARE, reason="XidError", severity=Severity.CRITICAL,
+                   subject=Subject(kind=SubjectKind.GPU, id="GPU-0f3a", name=node_ip),
+                   summary=f"GPU 3 on {node_ip} reported Xid 79", first_seen=T0, detected_at=T0,
+                   attrs={"node_ip": node_ip})
+
+
 @pytest.fixture
 def clock() -> Clock:
     return Clock(T0)
@@ -61,23 +70,23 @@ def test_the_desk_reopens_a_recently_resolved_incident_and_announces_it_as_an_up
     desk = IncidentDesk(timed_store, events=EventBus().start([recorder]), correlator=Correlator(timed_store),
                         reopen_window_s=1800)
     try:
-        first = desk.file(node_lost())
+        first = desk.file(xid())
         assert first.outcome is Outcome.OPENED
         desk.resolve(first.incident.id, by="alice", reason="node rebooted")  # a person's resolve counts too
         clock.tick(120)
-        back = node_lost()
+        back = xid()
         again = desk.file(back)
         assert again.outcome is Outcome.REOPENED and again.incident.id == first.incident.id
         assert again.incident.state is IncidentState.OPEN and again.incident.reopened == 1
-        assert desk.file(node_lost()).outcome is Outcome.FOLDED  # open again: repeats fold as always
+        assert desk.file(xid()).outcome is Outcome.FOLDED  # open again: repeats fold as always
 
         desk.resolve(first.incident.id, by="argus:lost_node", reason="node 10.0.0.9 is ALIVE again")
         clock.tick(60)
-        assert desk.file(node_lost()).incident.reopened == 2
+        assert desk.file(xid()).incident.reopened == 2
 
         desk.resolve(first.incident.id, by="argus:lost_node", reason="node 10.0.0.9 is ALIVE again")
         clock.tick(1801)  # past the window: history, a new incident
-        late = desk.file(node_lost())
+        late = desk.file(xid())
         assert late.outcome is Outcome.OPENED and late.incident.id != first.incident.id
 
         assert desk.events.drain(10)
@@ -87,17 +96,17 @@ def test_the_desk_reopens_a_recently_resolved_incident_and_announces_it_as_an_up
                          (EventKind.OPENED, False)]
         reopened = recorder.events[2]
         assert reopened.finding == back
-        assert reopened.detail == {"by": "argus", "reason": "reopened (1st time): node 10.0.0.9 died", "reopened": 1}
-        assert recorder.events[4].detail["reason"] == "reopened (2nd time): node 10.0.0.9 died"
+        assert reopened.detail == {"by": "argus", "reason": "reopened (1st time): GPU 3 on 10.0.0.9 reported Xid 79", "reopened": 1}
+        assert recorder.events[4].detail["reason"] == "reopened (2nd time): GPU 3 on 10.0.0.9 reported Xid 79"
     finally:
         desk.events.close()
 
 
 def test_a_desk_without_a_reopen_window_opens_a_new_incident_and_a_negative_one_is_refused(timed_store) -> None:
     desk = IncidentDesk(timed_store)
-    first = desk.file(node_lost())
+    first = desk.file(xid())
     desk.resolve(first.incident.id, by="alice")
-    assert desk.file(node_lost()).outcome is Outcome.OPENED
+    assert desk.file(xid()).outcome is Outcome.OPENED
     with pytest.raises(ValueError, match="reopen_window_s"):
         IncidentDesk(timed_store, reopen_window_s=-1)
     with pytest.raises(ConfigError, match="reopen_window_s"):
@@ -132,12 +141,12 @@ def test_a_reopened_incident_is_not_planned_again(tmp_path: Path) -> None:
     bus.start([RemediationSubscriber(remediator, bus), recorder])
     desk = IncidentDesk(store, events=bus, reopen_window_s=settings.reopen_window_s)
     try:
-        first = desk.file(node_lost())
+        first = desk.file(xid())
         assert bus.drain(30)
         planned = store.list_actions(first.incident.id)
-        assert planned, "the policy plans steps for a lost node"
+        assert planned, "the policy plans steps for a GPU's Xid"
         desk.resolve(first.incident.id, by="argus:lost_node", reason="node 10.0.0.9 is ALIVE again")
-        assert desk.file(node_lost()).outcome is Outcome.REOPENED
+        assert desk.file(xid()).outcome is Outcome.REOPENED
         assert bus.drain(30)
         assert store.list_actions(first.incident.id) == planned
         assert [e.kind for e in recorder.events] == [EventKind.OPENED, EventKind.APPROVAL_NEEDED, EventKind.PLANNED,
