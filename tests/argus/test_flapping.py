@@ -96,7 +96,8 @@ def test_the_desk_reopens_a_recently_resolved_incident_and_announces_it_as_an_up
                          (EventKind.OPENED, False)]
         reopened = recorder.events[2]
         assert reopened.finding == back
-        assert reopened.detail == {"by": "argus", "reason": "reopened (1st time): GPU 3 on 10.0.0.9 reported Xid 79", "reopened": 1}
+        assert reopened.detail == {"by": "argus", "reason": "reopened (1st time): GPU 3 on 10.0.0.9 reported Xid 79",
+                                   "reopened": 1}
         assert recorder.events[4].detail["reason"] == "reopened (2nd time): GPU 3 on 10.0.0.9 reported Xid 79"
     finally:
         desk.events.close()
