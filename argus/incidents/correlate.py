@@ -83,7 +83,7 @@ class Correlator:
             candidates = self._open(frozenset({finding.category}))
         else:
             return None
-        roots = [i for i in candidates if i.fingerprint != finding.fingerprint and incident_jobs(i) & jobs]
+        roots = [i for i in candidates if i.fingerprint != finding.fingerprint and self.jobs_of(i) & jobs]
         return min(roots, key=lambda i: i.first_seen) if roots else None
 
     def _incident_naming_node(self, finding: Finding) -> Incident | None:
@@ -98,6 +98,15 @@ class Correlator:
             and node in self.struck_nodes(i)
         ]
         return min(named, key=lambda i: i.first_seen) if named else None
+
+    def jobs_of(self, incident: Incident) -> set[str]:
+        """The jobs an incident is about: its own attrs', and its findings'. A node's incident may have opened on
+        the GCS's line about the node (no jobs), and Ray's node state, which lists the jobs it hit, folded in after."""
+        jobs = incident_jobs(incident)
+        if incident.category in ROOT_CAUSES and incident.subject.kind is SubjectKind.NODE:
+            for f in self.store.findings_for(incident.id):
+                jobs |= finding_jobs(f)
+        return jobs
 
     def struck_nodes(self, incident: Incident) -> set[str]:
         """The nodes an incident about a job names as struck: its own attrs', else its findings'. A job's first
@@ -114,7 +123,7 @@ class Correlator:
         if root.category not in ROOT_CAUSES:
             return []
         found = []
-        jobs = incident_jobs(root)
+        jobs = self.jobs_of(root)
         if jobs:
             found += [i for i in self._open(ECHOES) if i.id != root.id and incident_jobs(i) & jobs]
         if root.subject.kind is not SubjectKind.NODE:

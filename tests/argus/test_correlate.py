@@ -255,3 +255,20 @@ def test_a_ray_node_dies_once_a_late_line_about_its_death_joins_its_closed_incid
     filed = pipeline.incidents.file(gcs)
     assert filed.incident.id == incident.id and filed.incident.state is IncidentState.RESOLVED
     assert [i.id for i in store.list_incidents()] == [incident.id]
+
+
+def test_a_node_incident_opened_on_the_gcs_line_knows_its_jobs_once_the_node_state_folds_in(setup):
+    """Recorded in a soak: the GCS's line about the node's failed health checks opened the node's incident (no jobs
+    in it); Ray's node state, listing the job, folded in after. The job's FAILED finding and its driver's line came
+    next: they belong to that incident, not to one of their own that nothing closes."""
+    store, replay, pipeline, _ = setup
+    gcs = node_lost("n8", []).model_copy(update={"reason": "NodeHealthCheckFailed", "attrs": {}})
+    replay.batches = [[gcs], [node_lost("n8", ["job-p"])],
+                      [job_finding(Category.UNKNOWN, "job-p", "JobFailed")],
+                      [job_finding(Category.NODE_LOST, "job-p", "RayletTerminatedUnexpectedly")]]
+    [incident] = pipeline.run_once().opened
+    for _ in range(3):
+        assert pipeline.run_once().opened == []
+    assert [i.id for i in store.list_incidents()] == [incident.id]
+    assert {f.reason for f in store.findings_for(incident.id)} == {
+        "NodeHealthCheckFailed", "RayNodeDead", "JobFailed", "RayletTerminatedUnexpectedly"}
