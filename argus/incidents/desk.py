@@ -138,13 +138,23 @@ class IncidentDesk:
 
     def _told(self, finding: Finding) -> Incident | None:
         """The newest incident seen within the last hour (or the reopen window, if longer) before `finding`, open or
-        resolved, that holds its fingerprint as its own or as a finding filed under it."""
+        resolved, that holds its fingerprint as its own or as a finding filed under it; for a line of an ended job,
+        else the newest that holds any finding about that job."""
         since = finding.detected_at - timedelta(seconds=max(self.reopen_window_s, 3600.0))
         fingerprint = finding.fingerprint
-        for incident in self.store.list_incidents(since=since, limit=1000):
+        recent = [i for i in self.store.list_incidents(since=since, limit=1000) if not i.attrs.get("merged_into")]
+        for incident in recent:
             if incident.fingerprint == fingerprint or fingerprint in (incident.attrs.get("echoes") or []):
-                if not incident.attrs.get("merged_into"):
-                    return incident
+                return incident
+        if not finding.attrs.get(keys.JOB_ENDED):
+            return None
+        # An ended job's late line under another category than its end was told in (the FAILED message matched no
+        # signature, the line names the lost node): the incident that told the job's end holds it.
+        job = finding.subject.id
+        for incident in recent[:200]:
+            if job in refs_of(incident).job_ids or any(
+                    job in refs_of(f).job_ids for f in self.store.findings_for(incident.id)):
+                return incident
         return None
 
     def _absorb_echoes(self, incident: Incident) -> None:

@@ -272,3 +272,17 @@ def test_a_node_incident_opened_on_the_gcs_line_knows_its_jobs_once_the_node_sta
     assert [i.id for i in store.list_incidents()] == [incident.id]
     assert {f.reason for f in store.findings_for(incident.id)} == {
         "NodeHealthCheckFailed", "RayNodeDead", "JobFailed", "RayletTerminatedUnexpectedly"}
+
+
+def test_a_late_line_of_an_ended_job_joins_the_incident_that_told_its_end_under_another_category(setup):
+    """Recorded in a soak: job r5's FAILED message matched no signature (unknown), filed under the lost node's
+    incident, which closed when r6 ran; then r5's driver line "Raylet is terminated" (node_lost) was read."""
+    store, replay, pipeline, _ = setup
+    replay.batches = [[node_lost("n9", ["job-r5"])], [job_finding(Category.UNKNOWN, "job-r5", "JobFailed")]]
+    [incident] = pipeline.run_once().opened
+    pipeline.run_once()
+    pipeline.incidents.resolve(incident.id, by="argus:lost_node", reason="job-r5 was resubmitted as job-r6")
+    late = job_finding(Category.NODE_LOST, "job-r5", "RayletTerminatedUnexpectedly", at=T0 + timedelta(seconds=3))
+    filed = pipeline.incidents.file(late.model_copy(update={"attrs": {"job_ended": "FAILED"}}))
+    assert filed.incident.id == incident.id and filed.incident.state is IncidentState.RESOLVED
+    assert [i.id for i in store.list_incidents()] == [incident.id]
