@@ -65,7 +65,7 @@ from core.types import (
 )
 from detectors.engine import ANY_SOURCE, LogRule, RuleSet
 from detectors.log_rules_state import OpenFinding, recalled, remembered
-from detectors.memory import SavedState, StateUnreadable, job_key
+from detectors.memory import SavedState, StateUnreadable, job_key, keep_newest
 from detectors.named_node import NODE_SCOPED, MessageHeads, NamedNode, node_named_in
 from detectors.timestamps import parse_iso
 
@@ -224,11 +224,8 @@ class LogRuleDetector:
                 self._saved.forget_loaded(key)
                 continue
             readable.append((key, job_id, kept))
-        readable.sort(key=lambda item: max(f.reported_at for f in item[2]))
-        over = max(0, len(readable) - self._by_job.cap)
-        for key, _, _ in readable[:over]:
-            self._saved.forget_loaded(key)
-        for _, job_id, kept in readable[over:]:
+        for job_id, kept in keep_newest(self._saved, readable, self._by_job.cap,
+                                        lambda kept: max(f.reported_at for f in kept)):
             self._by_job[job_id] = kept
         if self._by_job:
             logger.info("log rule detector remembers the open findings of {} job(s) from before the restart",

@@ -11,7 +11,7 @@ the detector starts that key fresh.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -148,3 +148,14 @@ def read_version(value: Mapping[str, Any], version: int) -> None:
     """The value's format version must be `version` (an older or newer Argus wrote it otherwise)."""
     if value.get("v") != version:
         raise StateUnreadable(f"it is format version {value.get('v')!r}, this Argus reads version {version}")
+
+
+def keep_newest(saved: SavedState, readable: list[tuple[str, str, Any]], cap: int,
+                newest: Callable[[Any], Any]) -> list[tuple[str, Any]]:
+    """Of the (memory key, id, value) loaded back, the `cap` whose `newest(value)` is latest, as (id, value), oldest
+    first; the keys of the others are forgotten with the next save (the bound the detector keeps in memory)."""
+    readable = sorted(readable, key=lambda item: newest(item[2]))
+    over = max(0, len(readable) - cap)
+    for key, _, _ in readable[:over]:
+        saved.forget_loaded(key)
+    return [(ident, value) for _, ident, value in readable[over:]]

@@ -73,7 +73,7 @@ from core.types import (
     fingerprint_of,
     utcnow,
 )
-from detectors.memory import SavedState, StateUnreadable, job_key
+from detectors.memory import SavedState, StateUnreadable, job_key, keep_newest
 from detectors.resubmissions import JobRuns
 from detectors.stall_state import (
     HUNG_ENDED_MEMORY,
@@ -295,11 +295,7 @@ class StallDetector:
                 self._hung_saved.forget_loaded(key)
                 continue
             readable.append((key, job_id, ended))
-        readable.sort(key=lambda item: item[2].ended_at)
-        over = max(0, len(readable) - _MAX_HUNG_ENDED)
-        for key, _, _ in readable[:over]:
-            self._hung_saved.forget_loaded(key)
-        for _, job_id, ended in readable[over:]:
+        for job_id, ended in keep_newest(self._hung_saved, readable, _MAX_HUNG_ENDED, lambda ended: ended.ended_at):
             self._hung_ended[job_id] = ended
         if self._hung_ended:
             logger.info("stall detector remembers {} job(s) that ended hung, until they are resubmitted",
