@@ -57,7 +57,7 @@ from control.artifacts import CleanupPlan, apply_cleanup, plan_cleanup
 from control.jobspec import JobSpec
 from core.errors import ArgusError, ConfigError, Conflict, InputError, NotFound, SourceUnavailable
 from core.jobfolder import JobFolder, JobFolders, is_submission_id
-from core.lineage import Lineage
+from core.lineage import CHECKPOINT_DIR_KEY, RESUME_FLAG_KEY, Lineage
 from core.ray_labels import POOL_LABEL, WORKER_RESOURCE
 from core.types import utcnow
 
@@ -253,6 +253,36 @@ class JobController:
             workload=spec.workload,
         )
 
+    def submit_again(self, call: dict[str, Any], *, source: dict[str, Any]) -> JobRecord:
+        """Submit a job Argus did not write the spec of (an adopted `ray job submit` job run again): `call` is
+        submit_job's keyword arguments, `source` what it was built from (control/adopt.py), both kept in the new
+        job's folder (config/submit.json, config/adopted.json). The job sees its folder as $ARGUS_JOB_DIR."""
+        sid = str(call["submission_id"])
+        folder = self.folder(sid)
+        try:
+            folder.root.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise Conflict(f"job folder {folder.root} already exists",
+                           hint="choose another submission_id") from None
+        except OSError as exc:
+            raise ArgusError(f"cannot create job folder {folder.root}: {exc.strerror}",
+                             hint=f"check that {self.shared_root} is mounted and writable") from None
+        for sub in JobFolder.SUBMIT_SUBFOLDERS:
+            (folder.root / sub).mkdir()
+        env = call.setdefault("runtime_env", {}).setdefault("env_vars", {})
+        env.update({"ARGUS_JOB_DIR": str(folder.root), "ARGUS_SUBMISSION_ID": sid})
+        folder.submit_file.write_text(json.dumps(call, indent=2) + "\n", encoding="utf-8")
+        folder.adopted_file.write_text(json.dumps(source, indent=2, default=str) + "\n", encoding="utf-8")
+        try:
+            returned = self._call("submit a job", sid, lambda: self.client.submit_job(**call))
+        except ArgusError:
+            shutil.rmtree(folder.root, ignore_errors=True)  # ours, made just now: a retry must find it free
+            raise
+        logger.info("submitted job {} again from Ray's record of {}", returned, source.get("submission_id"))
+        metadata = call.get("metadata") or {}
+        return JobRecord(submission_id=returned, status="PENDING", job_dir=folder.root, message="submitted",
+                         name=metadata.get("name"), owner=metadata.get("owner"), workload=metadata.get("workload"))
+
     def submit_call(self, spec: JobSpec, submission_id: str, job_dir: Path, *,
                     resume_from: Path | None = None, lineage: Lineage | None = None) -> dict[str, Any]:
         """The keyword arguments of JobSubmissionClient.submit_job for `spec`: what submit.json records."""
@@ -277,6 +307,10 @@ class JobController:
         metadata = {"argus": "1", "owner": spec.owner, "workload": spec.workload, "name": spec.name}
         if spec.timeout_s is not None:
             metadata["timeout_s"] = repr(spec.timeout_s)
+        if spec.checkpoint_dir is not None:
+            metadata[CHECKPOINT_DIR_KEY] = spec.checkpoint_dir
+        if spec.resume_flag is not None:
+            metadata[RESUME_FLAG_KEY] = spec.resume_flag
         if lineage is not None:
             metadata.update(lineage.metadata())
         call: dict[str, Any] = {

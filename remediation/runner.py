@@ -11,7 +11,8 @@ step. Steps of one incident run in order: a step waits while an earlier one is p
 running. After a crash, `recover()` looks at each step left running: keep_scene and stop_job are safe to
 run again; resubmit_job is too (the new job's id is deterministic and Ray refuses a second job with it); a
 drain is checked (the node draining, offline or gone: done) and otherwise reported as interrupted for a
-person, never repeated.
+person, never repeated. An action with no incident is the ops agent's direct call, recorded so the guards count
+it: this runner never runs one, and one a crash left running is marked failed.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ class Remediator:
         if grace and incident.detected_at + timedelta(seconds=grace) > now:
             return None  # not due yet (idle GPUs get their grace period)
         verdict = guard.check(self.policy.guards, action, incident, history, now=now,
-                              shared_root=self.ctx.shared_root, node_counts=self._node_counts)
+                              shared_root=self.ctx.shared_root, node_counts=self.node_counts)
         if verdict.waiting:
             return None
         source = ActionState.PLANNED if action.state is ActionState.PLANNED else ActionState.APPROVED
@@ -172,7 +173,9 @@ class Remediator:
         self._changed(moved)
         return moved
 
-    def _node_counts(self) -> tuple[int, int]:
+    def node_counts(self) -> tuple[int, int]:
+        """(nodes drained or offline, nodes in all: registered ones, or Ray's alive and drained ones where more),
+        as the drain share guard counts them; also for the agent's direct drains (argus/api/agent_policy.py)."""
         records = self.ctx.registry.list()
         drained = sum(r.state.value in ("draining", "offline") for r in records)
         try:
@@ -190,7 +193,11 @@ class Remediator:
         for action in self.store.list_actions():
             if action.state is not ActionState.RUNNING:
                 continue
-            if action.kind in ("keep_scene", "stop_job", "resubmit_job") or action.dry_run:
+            if action.incident_id is None:  # the agent's direct call (argus/api/agent_policy.py): never repeated
+                moved = self._move(action, ActionState.RUNNING, ActionState.FAILED,
+                                   message="interrupted by an Argus restart; a direct call is not repeated: "
+                                           f"check {action.target.kind.value} {action.target.id}, call again if needed")
+            elif action.kind in ("keep_scene", "stop_job", "resubmit_job") or action.dry_run:
                 moved = self._move(action, ActionState.RUNNING, ActionState.APPROVED if not action.dry_run
                                    else ActionState.PLANNED, recovered="interrupted by a restart; safe to run again")
             else:

@@ -27,6 +27,11 @@ class Forbidden(ArgusError):
     """The token is valid but its role may not call this route (403)."""
 
 
+class GuardRefused(Forbidden):
+    """The role may call the route, but the remediation policy's guards refuse this call now (403): the ops
+    agent's direct mutations are held to them (argus/api/agent_policy.py)."""
+
+
 _STATUS: tuple[tuple[type[ArgusError], int], ...] = (
     (Unauthorized, 401),
     (Forbidden, 403),

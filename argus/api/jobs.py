@@ -1,4 +1,9 @@
-"""Jobs: submit, list, read, stop and read the logs of Ray jobs through the control plane."""
+"""Jobs: submit, list, read, stop and read the logs of Ray jobs through the control plane.
+
+Stopping a job stops work: the ops agent's stop meets the remediation policy's guards as a stop_job step (403
+when refused; argus/api/agent_policy.py), people's does not. Submitting is not guarded: it starts work, as any
+user's `ray job submit` does, and takes nothing away from running jobs.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from argus.api.auth import require
+from argus.api.agent_policy import job_target, within_policy
+from argus.api.auth import Principal, require
 from argus.control_plane import ControlPlane
 from argus.store.tokens import Role
 from control.jobs import JobRecord
@@ -63,14 +69,21 @@ def get_job(request: Request, submission_id: SubmissionId) -> dict[str, Any]:
     return {"job": job_json(control(request).jobs.get(submission_id))}
 
 
-@router.post("/{submission_id}/stop", dependencies=[Depends(require(Role.OPERATOR))])
+@router.post("/{submission_id}/stop")
 def stop_job(
-    request: Request, submission_id: SubmissionId, body: Annotated[StopRequest | None, Body()] = None
+    request: Request, submission_id: SubmissionId, who: Annotated[Principal, Depends(require(Role.OPERATOR))],
+    body: Annotated[StopRequest | None, Body()] = None,
 ) -> dict[str, Any]:
     reason = (body or StopRequest()).reason
-    record = control(request).jobs.stop(submission_id, reason=reason)
+    jobs = control(request).jobs
+    record = within_policy(request, who, "stop_job", job_target(submission_id), route="stop", reason=reason,
+                           act=lambda: jobs.stop(submission_id, reason=reason), ended=lambda r: (True, r.message))
     request.state.audit_detail = {"reason": reason, "result": record.message}
-    return {"job": job_json(record)}
+    answer: dict[str, Any] = {"job": job_json(record)}
+    agent_action = getattr(request.state, "agent_action", None)  # the agent's step, as the guards count it
+    if agent_action is not None:
+        answer["action_id"] = request.state.audit_detail["action"] = agent_action
+    return answer
 
 
 @router.get("/{submission_id}/logs", response_class=PlainTextResponse, dependencies=[Depends(require(Role.VIEWER))])

@@ -3,6 +3,9 @@
 A step that reached the node but failed there (SSH refused, `ray start` failed) is an outcome, not an
 error of the request: it answers 502 with the outcome (the node is then `failed`). An out-of-order step is
 409 and runs nothing.
+
+Drain and offline take capacity away: the ops agent's calls to them meet the remediation policy's guards (403
+when refused; argus/api/agent_policy.py), people's do not. Each other step says why it is not guarded.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from argus.api.agent_policy import node_target, within_policy
 from argus.api.auth import Principal, require
 from argus.api.jobs import control
 from argus.store.tokens import Role
@@ -42,6 +46,10 @@ class ProbeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     disk_path: str = Field(default="/", max_length=200, description="whose filesystem's free space to report")
+
+
+def _ended(outcome: NodeOutcome) -> tuple[bool, str]:
+    return outcome.ok, outcome.message
 
 
 def record_json(record: NodeRecord) -> dict[str, Any]:
@@ -74,6 +82,9 @@ def outcome_response(request: Request, outcome: NodeOutcome) -> JSONResponse:
     if not outcome.ok:
         body["error"] = "NodeStepFailed"
     request.state.audit_detail = {"ok": outcome.ok, "state": outcome.state.value, "message": outcome.message[:500]}
+    agent_action = getattr(request.state, "agent_action", None)  # the agent's step, as the guards count it
+    if agent_action is not None:
+        body["action_id"] = request.state.audit_detail["action"] = agent_action
     return JSONResponse(body, status_code=200 if outcome.ok else 502)
 
 
@@ -110,6 +121,7 @@ def get_node(request: Request, name: NodeName) -> dict[str, Any]:
 async def join(request: Request, name: NodeName, body: Annotated[StepRequest, Body()],
                who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> JSONResponse:
     """pending -> online: start Ray on the node over SSH with its labels, wait until Ray lists it ALIVE."""
+    # not guarded for the agent: a join adds capacity and stops nothing
     nodes = control(request).nodes()
     return outcome_response(request, await run_in_threadpool(nodes.join, name, actor=who.name, reason=body.reason))
 
@@ -117,10 +129,15 @@ async def join(request: Request, name: NodeName, body: Annotated[StepRequest, Bo
 @router.post("/{name}/drain")
 async def drain(request: Request, name: NodeName, body: Annotated[DrainRequest, Body()],
                 who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> JSONResponse:
-    """online -> draining: no new work lands there (Ray's drain); running work may finish."""
-    nodes = control(request).nodes()
-    outcome = await run_in_threadpool(nodes.drain, name, actor=who.name, reason=body.reason,
-                                      deadline_s=body.deadline_s)
+    """online -> draining: no new work lands there (Ray's drain); running work may finish. The agent's drain
+    meets the policy's guards as a drain_node step."""
+    plane = control(request)
+    nodes = plane.nodes()
+    record = await run_in_threadpool(plane.registry.get, name)
+    outcome = await run_in_threadpool(
+        within_policy, request, who, "drain_node", node_target(record), route="drain", reason=body.reason,
+        node=record, ended=_ended,
+        act=lambda: nodes.drain(name, actor=who.name, reason=body.reason, deadline_s=body.deadline_s))
     return outcome_response(request, outcome)
 
 
@@ -129,6 +146,7 @@ async def undrain(request: Request, name: NodeName, body: Annotated[StepRequest,
                   who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> JSONResponse:
     """draining -> online: Ray cannot cancel a drain, so the node joins again once Ray has let it go (409
     while its work still runs)."""
+    # not guarded for the agent: it gives capacity back, and refuses while the node's work still runs
     nodes = control(request).nodes()
     return outcome_response(request, await run_in_threadpool(nodes.undrain, name, actor=who.name,
                                                              reason=body.reason))
@@ -137,16 +155,23 @@ async def undrain(request: Request, name: NodeName, body: Annotated[StepRequest,
 @router.post("/{name}/offline")
 async def offline(request: Request, name: NodeName, body: Annotated[StepRequest, Body()],
                   who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> JSONResponse:
-    """-> offline: stop the node's Ray processes and wait until Ray lists it no more."""
-    nodes = control(request).nodes()
-    return outcome_response(request, await run_in_threadpool(nodes.offline, name, actor=who.name,
-                                                             reason=body.reason))
+    """-> offline: stop the node's Ray processes and wait until Ray lists it no more. The agent's call meets the
+    policy's guards as a drain_node step (the node leaves the cluster, its work stopped at once: a harder drain;
+    the policy has no kind of its own for it)."""
+    plane = control(request)
+    nodes = plane.nodes()
+    record = await run_in_threadpool(plane.registry.get, name)
+    outcome = await run_in_threadpool(
+        within_policy, request, who, "drain_node", node_target(record), route="offline", reason=body.reason,
+        node=record, ended=_ended, act=lambda: nodes.offline(name, actor=who.name, reason=body.reason))
+    return outcome_response(request, outcome)
 
 
 @router.post("/{name}/reset")
 async def reset(request: Request, name: NodeName, body: Annotated[StepRequest, Body()],
                 who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> JSONResponse:
     """offline or failed -> pending, so it can be joined again."""
+    # not guarded for the agent: the node is out already; this only lets a later join bring it back
     nodes = control(request).nodes()
     return outcome_response(request, await run_in_threadpool(nodes.reset, name, actor=who.name, reason=body.reason))
 
@@ -155,6 +180,7 @@ async def reset(request: Request, name: NodeName, body: Annotated[StepRequest, B
 async def probe(request: Request, name: NodeName,
                 body: Annotated[ProbeRequest | None, Body()] = None) -> JSONResponse:
     """Reachability, CPUs, memory, disk and GPUs over SSH; changes no state."""
+    # not guarded for the agent: it reads
     nodes = control(request).nodes()
     disk_path = (body or ProbeRequest()).disk_path
     return outcome_response(request, await run_in_threadpool(nodes.probe, name, disk_path=disk_path))

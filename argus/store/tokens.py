@@ -4,9 +4,11 @@ A token reads `argus_<8 hex>_<43 urlsafe>`. The first part (`argus_<8 hex>`) is 
 as is and finds the row, so logs and `argus tokens list` can name a token without exposing it. Only
 the sha256 of the whole token is stored; the token itself is shown once, when it is created.
 
-Roles: viewer < operator < admin, and agent, the ops team's LLM agent. Today the agent may do what an
-operator may (read everything, and the mutations operators may make); routes only the agent and admins
-may call (proposing and approving actions) will ask for `Role.AGENT`, which operators do not satisfy.
+Roles: viewer < operator < admin, and agent, the ops team's LLM agent. The agent satisfies what an operator
+may call (read everything, and the mutations operators may make), but its calls that take capacity away or stop
+work (drain, offline, stop a job) meet the remediation policy's guards, which bind no person
+(argus/api/agent_policy.py); routes only the agent and admins may call will ask for `Role.AGENT`, which
+operators do not satisfy.
 """
 
 from __future__ import annotations

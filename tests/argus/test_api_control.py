@@ -18,7 +18,13 @@ from argus.control_plane import ControlPlane
 from argus.store.store import Store
 from argus.store.tokens import Role, allows
 from control.jobs import JobController
+from control.local import LocalRunner
 from control.node_manager import NodeManager
+from control.nodes import NodeState
+from core.types import Action, ActionState, Category, Evidence, Finding, Severity, Subject, SubjectKind
+from remediation.actions import Context
+from remediation.policy import Guards, Mode, Policy
+from remediation.runner import Remediator
 from stage.localstack.ports import free_port
 
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOvHd5Yq4s1nE0CkW2m3n5b8xk9Zr7bq3u9Yp2sT6fQx"
@@ -53,6 +59,9 @@ ROUTE_ROLES: dict[str, Role] = {
     "POST /v1/nodes/{name}/probe": Role.OPERATOR,
     "POST /v1/ops/cleanup_job_artifacts": Role.OPERATOR,
 }
+# The routes whose agent calls meet the remediation policy's guards (argus/api/agent_policy.py): the agent's role
+# may call them, so a 403 there must be the policy's (GuardRefused), never the role's.
+AGENT_GUARDED = {"POST /v1/jobs/{submission_id}/stop", "POST /v1/nodes/{name}/drain", "POST /v1/nodes/{name}/offline"}
 # Open: health and metrics (probes, scrapes); the signed-link pages, whose signature is their credential.
 OPEN_ROUTES = {"GET /v1/health", "GET /metrics", "GET /v1/actions/{action_id}/decide",
                "POST /v1/actions/{action_id}/decide"}
@@ -134,8 +143,11 @@ def test_every_route_has_a_role_and_the_matrix_holds(env: Env) -> None:
         kwargs = {"json": body_of[key]} if key in body_of else {}
         assert env.client(None).request(method, path, **kwargs).status_code == 401, key
         for role in ROLES:
-            status = env.client(role).request(method, path, **kwargs).status_code
-            if allows(role, need):
+            response = env.client(role).request(method, path, **kwargs)
+            status = response.status_code
+            if allows(role, need) and role is Role.AGENT and key in AGENT_GUARDED and status == 403:
+                assert response.json()["error"] == "GuardRefused", f"{key} as agent: {response.text}"
+            elif allows(role, need):
                 assert status not in (401, 403, 422), f"{key} as {role.value}: {status}"
             else:
                 assert status == 403, f"{key} as {role.value}: {status}"
@@ -353,3 +365,164 @@ def test_cleanup_refuses_bad_requests(env: Env) -> None:
     for body in ({"submission_id": "../x", "keep_last": 1}, {"submission_id": "a", "keep_last": 0},
                  {"submission_id": "a", "keep_last": "all"}, {"submission_id": "a", "extra": 1}, {}):
         assert client.post("/v1/ops/cleanup_job_artifacts", json=body).status_code == 422, body
+
+
+# ---- the agent within the policy (argus/api/agent_policy.py) ----------------------------------------------
+
+
+class RayListsNoNode(NodeManager):
+    """Ray answers and lists no live node: a drain then needs nothing from Ray and succeeds."""
+
+    def _list_ray_nodes(self) -> list[dict[str, Any]]:
+        return []
+
+
+# Lets the agent drain and stop by itself, within limits each test below runs into one at a time.
+AGENT_GUARDS = Guards(max_per_hour={"drain_node": 2, "stop_job": 5}, max_per_node_per_hour=5, min_drain_interval_s=0,
+                      max_drained_share=0.5, protected_nodes=["10.0.0.13"], protected_jobs=["prod-*"],
+                      agent_may_approve=["keep_scene", "drain_node", "stop_job"])
+
+
+def with_policy(env: Env, guards: Guards = AGENT_GUARDS, *, nodes: int = 4) -> list[str]:
+    """Remediation with `guards` and a Ray that lists no node behind the API; `nodes` registered nodes online,
+    gpu-11 (10.0.0.11) on; their names."""
+    dead = env.control.jobs.dashboard_url
+    manager = RayListsNoNode(env.control.registry, gcs_address="127.0.0.1:1", dashboard_url=dead, join_timeout_s=2)
+    env.app.state.control = ControlPlane(jobs=env.control.jobs, registry=env.control.registry, manager=manager,
+                                         ssh_key_dirs=(env.keys,))
+    ctx = Context(jobs=env.control.jobs, registry=env.control.registry, nodes=manager, dashboard_url=dead,
+                  gcs_address=None, local=LocalRunner(), store=env.store, request_timeout_s=2)
+    env.app.state.remediator = Remediator(env.store, Policy(mode=Mode.APPROVAL, guards=guards), ctx)
+    names = [f"gpu-{11 + i}" for i in range(nodes)]
+    for i, name in enumerate(names):
+        created = env.client(Role.ADMIN).post("/v1/nodes", json=env.node_body(name=name, host=f"10.0.0.{11 + i}"))
+        assert created.status_code == 201, created.text
+        env.control.registry.record_transition(name, NodeState.PENDING, NodeState.ONLINE, actor="tests",
+                                               reason="joined", ray_node_id=f"{i:056x}")
+    return names
+
+
+def drain(env: Env, role: Role, name: str, step: str = "drain"):
+    return env.client(role).post(f"/v1/nodes/{name}/{step}", json={"reason": "xid 79"})
+
+
+def assert_guard_refused(response, guard: str, *words: str) -> None:
+    assert response.status_code == 403, response.text
+    body = response.json()
+    assert body["error"] == "GuardRefused" and f"guard {guard}" in body["message"], body
+    assert all(w in body["message"] for w in words), body
+    assert "POST /v1/incidents/{id}/actions" in body["hint"], body
+
+
+def direct_actions(env: Env) -> list[Action]:
+    return [a for a in env.store.list_actions() if a.incident_id is None]
+
+
+def test_an_admitted_agent_drain_is_recorded_and_counts_toward_the_rate_limit(env: Env) -> None:
+    with_policy(env, AGENT_GUARDS.model_copy(update={"max_per_hour": {"drain_node": 1}}))
+    first = drain(env, Role.AGENT, "gpu-11")
+    assert first.status_code == 200, first.text
+    [action] = direct_actions(env)
+    assert first.json()["action_id"] == action.id
+    assert (action.kind, action.state, action.requested_by, action.dry_run) == (
+        "drain_node", ActionState.SUCCEEDED, "t-agent", False)
+    assert (action.target.kind, action.target.id, action.target.name) == (SubjectKind.NODE, f"{0:056x}", "10.0.0.11")
+    assert env.control.registry.get("gpu-11").state is NodeState.DRAINING
+
+    second = drain(env, Role.AGENT, "gpu-12")
+    assert_guard_refused(second, "max_per_hour", "rate limit: 1 drain_node in the last hour (at most 1)")
+    assert env.control.registry.get("gpu-12").state is NodeState.ONLINE
+    assert len(direct_actions(env)) == 1  # a refusal is no step: it counts for nothing
+    # people are not bound: the operator drains the same node, past the agent's budget
+    assert drain(env, Role.OPERATOR, "gpu-12").status_code == 200
+    assert env.control.registry.get("gpu-12").state is NodeState.DRAINING
+    assert len(direct_actions(env)) == 1
+
+    records = list(reversed(env.store.list_audit(limit=3)))
+    assert [(r.actor, r.path, r.status, r.outcome) for r in records] == [
+        ("t-agent", "/v1/nodes/gpu-11/drain", 200, "ok"), ("t-agent", "/v1/nodes/gpu-12/drain", 403, "refused"),
+        ("t-operator", "/v1/nodes/gpu-12/drain", 200, "ok")]
+    assert records[0].detail["action"] == action.id
+    assert records[1].detail["guard"] == "max_per_hour" and records[1].detail["kind"] == "drain_node"
+
+
+def test_remediation_steps_and_agent_drains_share_one_budget(env: Env) -> None:
+    with_policy(env, AGENT_GUARDS.model_copy(update={"max_per_hour": {"drain_node": 1}}))
+    finding = Finding(category=Category.NODE_LOST, reason="RayNodeDead",
+                      subject=Subject(kind=SubjectKind.NODE, id="n9", name="10.0.0.99"), summary="node died",
+                      severity=Severity.CRITICAL, evidence=(Evidence(source="t", text="DEAD"),),
+                      attrs={"node_ip": "10.0.0.99"})
+    incident, _ = env.store.record_finding(finding)
+    env.store.add_action(Action(id="", incident_id=incident.id, kind="drain_node",
+                                target=Subject(kind=SubjectKind.NODE, id="n9", name="10.0.0.99"),
+                                state=ActionState.SUCCEEDED, idempotency_key="k-1", requested_by="policy",
+                                dry_run=False))
+    assert_guard_refused(drain(env, Role.AGENT, "gpu-11"), "max_per_hour", "1 drain_node in the last hour")
+    assert drain(env, Role.OPERATOR, "gpu-11").status_code == 200
+
+
+def test_an_agent_drain_past_the_drained_share_is_refused(env: Env) -> None:
+    with_policy(env, AGENT_GUARDS.model_copy(update={"max_drained_share": 0.25}))
+    assert drain(env, Role.OPERATOR, "gpu-11").status_code == 200  # 1 of 4 out: at the limit
+    assert_guard_refused(drain(env, Role.AGENT, "gpu-12"), "max_drained_share",
+                         "take 2 of 4 nodes out (at most 25% of the cluster)")
+    assert_guard_refused(drain(env, Role.AGENT, "gpu-12", "offline"), "max_drained_share",
+                         "(taking a node offline is checked as drain_node)")
+    assert env.control.registry.get("gpu-12").state is NodeState.ONLINE
+    assert direct_actions(env) == []
+    assert drain(env, Role.OPERATOR, "gpu-12").status_code == 200
+
+
+def test_an_agent_drain_of_a_protected_node_is_refused(env: Env) -> None:
+    with_policy(env)
+    for step in ("drain", "offline"):
+        assert_guard_refused(drain(env, Role.AGENT, "gpu-13", step), "protected_nodes",
+                             "node gpu-13 is protected by the policy")  # protected by its address
+    assert env.control.registry.get("gpu-13").state is NodeState.ONLINE
+    assert direct_actions(env) == []
+    assert drain(env, Role.OPERATOR, "gpu-13").status_code == 200
+    assert env.control.registry.get("gpu-13").state is NodeState.DRAINING
+
+
+def test_an_agent_drain_the_policy_keeps_for_people_is_refused_saying_to_propose_it(env: Env) -> None:
+    with_policy(env, AGENT_GUARDS.model_copy(update={"agent_may_approve": ["keep_scene", "resubmit_job"]}))
+    refused = drain(env, Role.AGENT, "gpu-11")
+    assert_guard_refused(refused, "agent_may_approve", "the agent may not drain_node without a person's approval",
+                         "keep_scene, resubmit_job")
+    assert '{"steps": [{"action": "drain_node"}]}' in refused.json()["hint"]
+    assert env.control.registry.get("gpu-11").state is NodeState.ONLINE
+    assert direct_actions(env) == []
+    assert drain(env, Role.OPERATOR, "gpu-11").status_code == 200
+    assert drain(env, Role.ADMIN, "gpu-12").status_code == 200
+
+
+def test_an_agent_stop_of_a_protected_job_is_refused(env: Env) -> None:
+    with_policy(env)
+    refused = env.client(Role.AGENT).post("/v1/jobs/prod-7/stop", json={"reason": "idle GPUs"})
+    assert_guard_refused(refused, "protected_jobs", "job prod-7 is protected by the policy")
+    assert direct_actions(env) == []
+    # the operator passes the guards and reaches Ray (which is down here: 503, not 403)
+    assert env.client(Role.OPERATOR).post("/v1/jobs/prod-7/stop", json={"reason": "idle GPUs"}).status_code == 503
+    # an unprotected job: admitted, and recorded as failed when Ray does not answer (so it counts for nothing)
+    admitted = env.client(Role.AGENT).post("/v1/jobs/sft-1/stop", json={"reason": "idle GPUs"})
+    assert admitted.status_code == 503, admitted.text
+    [action] = direct_actions(env)
+    assert (action.kind, action.target.id, action.state) == ("stop_job", "sft-1", ActionState.FAILED)
+    assert env.control.jobs.dashboard_url in action.result["message"]
+
+
+def test_without_remediation_the_agent_meets_the_built_in_policy(env: Env) -> None:
+    # the built-in policy lets the agent approve keep_scene and resubmit_job only: it stops no job by itself
+    assert env.app.state.remediator is None
+    assert_guard_refused(env.client(Role.AGENT).post("/v1/jobs/sft-1/stop", json={"reason": "x"}),
+                         "agent_may_approve", "stop_job")
+    assert env.client(Role.OPERATOR).post("/v1/jobs/sft-1/stop", json={"reason": "x"}).status_code == 503
+
+
+def test_a_direct_step_a_restart_left_running_is_failed_never_repeated(env: Env) -> None:
+    with_policy(env)
+    left = env.store.add_action(Action(id="", incident_id=None, kind="drain_node",
+                                       target=Subject(kind=SubjectKind.NODE, id="gpu-11"), state=ActionState.RUNNING,
+                                       idempotency_key="direct:x", requested_by="t-agent", dry_run=False))
+    [moved] = env.app.state.remediator.recover()
+    assert moved.id == left.id and moved.state is ActionState.FAILED and "not repeated" in moved.result["message"]

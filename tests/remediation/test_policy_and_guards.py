@@ -23,7 +23,7 @@ from core.types import (
     Subject,
     SubjectKind,
 )
-from remediation.guards import check
+from remediation.guards import Target, check, check_agent
 from remediation.policy import DEFAULT_POLICY, Guards, Mode, load_policy
 from tests.support import make_incident
 
@@ -110,6 +110,29 @@ def test_resubmit_budget_and_protected_jobs() -> None:
     assert verdict(Guards(max_resubmits_per_job_per_day=4), todo, chain, submission_id="grpo-1").allowed
     protected = verdict(Guards(protected_jobs=["prod-*"]), todo, [], submission_id="prod-7")
     assert not protected.allowed and "prod-7 is protected" in protected.reason
+
+
+def test_the_agents_direct_steps_meet_the_same_rules_and_count_for_remediation() -> None:
+    guards = Guards(max_per_hour={"drain_node": 1}, min_drain_interval_s=0, agent_may_approve=["drain_node"])
+    target = Target(nodes=("gpu-7", "10.0.0.7"))
+    world: dict[str, Any] = {"now": NOW, "shared_root": Path("/nonexistent"), "node_counts": lambda: (0, 10)}
+    assert check_agent(guards, "drain_node", target, [], **world).allowed
+    kept = check_agent(guards.model_copy(update={"agent_may_approve": ["keep_scene"]}), "drain_node", target, [],
+                       **world)
+    assert not kept.allowed and kept.guard == "agent_may_approve" and "keep_scene" in kept.reason
+    protected = check_agent(guards.model_copy(update={"protected_nodes": ["10.0.0.7"]}), "drain_node", target, [],
+                            **world)
+    assert not protected.allowed and protected.guard == "protected_nodes" and "node gpu-7" in protected.reason
+    # the agent's earlier drain (no incident; its node named by registry name and address) counts for remediation
+    at = NOW - timedelta(seconds=60)
+    direct = Action(id="act-direct", incident_id=None, kind="drain_node", state=ActionState.SUCCEEDED,
+                    target=Subject(kind=SubjectKind.NODE, id="gpu-7", name="10.0.0.7"), idempotency_key="direct:1",
+                    requested_by="ops-agent", dry_run=False, created_at=at, updated_at=at)
+    planned = action("drain_node", state=ActionState.APPROVED)
+    budget = verdict(guards, planned, [direct])
+    assert not budget.allowed and budget.guard == "max_per_hour"
+    per_node = verdict(Guards(max_per_node_per_hour=1, min_drain_interval_s=0), planned, [direct])
+    assert not per_node.allowed and per_node.guard == "max_per_node_per_hour" and "10.0.0.7" in per_node.reason
 
 
 # ---- Alertmanager --------------------------------------------------------------------------------------
