@@ -35,6 +35,7 @@ MAX_PATH_CHARS = 1024
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}\Z")
 # POSIX-ish user names; the first character is never a dot, so ".." cannot be an owner (users/<owner>/).
 OWNER_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}\Z")
+RESUME_FLAG_RE = re.compile(r"^--?[A-Za-z][A-Za-z0-9_.-]{0,63}\Z")
 ENV_KEY_RE = re.compile(r"^[A-Z_][A-Z0-9_]*\Z")
 # Label keys and values as Kubernetes and Ray node labels spell them: an optional DNS prefix, then a name.
 _LABEL_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
@@ -95,6 +96,11 @@ class JobSpec(BaseModel):
     working_dir: str | None = Field(default=None, description="the driver runs in this directory")
     timeout_s: float | None = Field(default=None, gt=0)
     resume: bool = False
+    checkpoint_dir: str | None = Field(default=None, description="where the trainer writes checkpoints, when "
+                                       "not $ARGUS_JOB_DIR/checkpoints nor in its arguments: a resubmission "
+                                       "resumes from the newest one there")
+    resume_flag: str | None = Field(default=None, description="the trainer's argument that takes a checkpoint "
+                                    "to resume from, e.g. --resume: a resubmission passes the newest one")
     owner: str
     submission_id: str | None = None
 
@@ -150,7 +156,14 @@ class JobSpec(BaseModel):
             _check_label(key, value)
         return v
 
-    @field_validator("code_path", "working_dir")
+    @field_validator("resume_flag")
+    @classmethod
+    def _resume_flag(cls, v: str | None) -> str | None:
+        if v is not None and not RESUME_FLAG_RE.match(v):
+            raise ValueError("must be a command-line flag such as --resume or --resume_from_checkpoint")
+        return v
+
+    @field_validator("code_path", "working_dir", "checkpoint_dir")
     @classmethod
     def _paths(cls, v: str | None, info: Any) -> str | None:
         return None if v is None else _check_path(v, info.field_name)

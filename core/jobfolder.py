@@ -93,6 +93,11 @@ class JobFolder:
         return self.config / "status.json"
 
     @property
+    def adopted_file(self) -> Path:
+        """For a job Argus did not submit: Ray's record of it (control/adopt.py), as kept or resubmitted."""
+        return self.config / "adopted.json"
+
+    @property
     def resubmit_file(self) -> Path:
         """Which job and incident this one was resubmitted for."""
         return self.config / "resubmit.json"

@@ -18,6 +18,10 @@ from dataclasses import dataclass
 RESUBMIT_OF = "argus_resubmit_of"
 RESUBMIT_ROOT = "argus_resubmit_root"
 RESUBMIT_ATTEMPT = "argus_resubmit_attempt"
+# What a job may say about its checkpoints (a JobSpec's checkpoint_dir and resume_flag, or `ray job submit
+# --metadata-json` for a job Argus did not submit): read by remediation/resume.py when it is resubmitted.
+CHECKPOINT_DIR_KEY = "argus_checkpoint_dir"
+RESUME_FLAG_KEY = "argus_resume_flag"
 # control.jobs marks every job it submits with metadata argus=1.
 SUBMITTED_BY_ARGUS = "argus"
 

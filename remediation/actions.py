@@ -8,8 +8,11 @@ with what it did); none raises for a failure of the cluster, and each is safe to
   Argus manages the node.
 - drain_node: through the node manager when Argus manages the node; otherwise `ray drain-node` from this
   host (a GCS request); a node Ray has already removed needs nothing.
-- resubmit_job: the job's spec under the deterministic id `<root>-r<n>`, resuming (verl:
-  `trainer.resume_mode=auto`; every job: ARGUS_RESUME=1 and ARGUS_RESUME_FROM=<latest checkpoint>). Ray
+- resubmit_job: the job again under the deterministic id `<root>-r<n>`: from its JobSpec when Argus submitted
+  it, else from Ray's own record of it (control/adopt.py: a `ray job submit` job is adopted, or said to be
+  unsafe to run again, and why). It resumes from the chain's newest checkpoint the way its trainer takes one
+  (remediation/resume.py: verl's Hydra overrides, a resume flag, ARGUS_RESUME_FROM); one that would start from
+  scratch is resubmitted only when the step's params say `from_scratch: true`, and the result says which. Ray
   refuses a second job with one id, so a retried resubmit can never start the job twice. A job still
   running (a hang) is stopped first. Drained nodes take no new work, so the new job lands elsewhere. The new
   job's Ray metadata names the job it resubmits (core.lineage): detectors close the fault's incident once it runs.
@@ -36,7 +39,7 @@ import httpx
 from loguru import logger
 
 from control import commands
-from control.artifacts import step_of
+from control.adopt import RaySubmission, package_exists, read_submission
 from control.jobs import JobController
 from control.jobspec import JobSpec
 from control.node_manager import NodeManager, plain_dict
@@ -48,6 +51,7 @@ from core.lineage import Lineage, resubmission_id
 from core.refs import refs_of
 from core.types import ActionState, Incident, utcnow
 from detectors.timestamps import parse_iso
+from remediation.resume import exit_status_is_the_trainers, plan_resume
 
 ACTOR = "argus-remediation"
 MAX_STACKS = 64
@@ -125,7 +129,8 @@ def registered_node(registry: NodeRegistry, node_id: str | None, ip: str | None)
 
 
 def keep_scene(ctx: Context, incident: Incident, params: dict[str, Any], dry_run: bool) -> Outcome:
-    sids = [s for s in jobs_of(incident) if ctx.folders.of(s).exists()]
+    # Every job the incident names gets its scene in its own folder, a job Argus did not submit too.
+    sids = jobs_of(incident)
     folders = [ctx.folders.of(s).scene_of(incident.id) for s in sids] or [ctx.folders.scene_of(incident.id)]
     if dry_run:
         return skipped(f"would keep the scene in {', '.join(map(str, folders))}", dry_run=True,
@@ -195,9 +200,14 @@ def _job_scene(ctx: Context, scene: _Scene, sid: str) -> None:
     job_id = getattr(info, "job_id", None)
     if info is not None:
         scene.json("ray/job.json", plain_dict(info) if not isinstance(info, dict) else info)
-    for source in (folder.spec_file, folder.submit_file, folder.status_file):
+    for source in (folder.spec_file, folder.submit_file, folder.status_file, folder.adopted_file):
         if source.is_file():
             scene.text(f"config/{source.name}", source.read_text(encoding="utf-8", errors="replace"))
+    if not folder.spec_file.is_file():  # not submitted through Argus: what it was submitted with, from Ray
+        submission = scene.attempt("Ray's record of the submission", lambda: read_submission(
+            ctx.dashboard_url, sid, timeout_s=ctx.request_timeout_s, list_actors=partial(ray_list, ctx, "list_actors")))
+        if submission is not None:
+            scene.json("config/ray_submission.json", submission.as_json())
     tail = scene.attempt("the driver log", lambda: ctx.jobs.tail(sid, 2000))
     if tail:
         scene.text("logs/driver-tail.log", tail)
@@ -302,7 +312,7 @@ def chain_of(folder: JobFolder) -> tuple[str, int]:
 def resubmit_job(ctx: Context, incident: Incident, params: dict[str, Any], dry_run: bool) -> Outcome:
     results: list[dict[str, Any]] = []
     for sid in jobs_of(incident):
-        results.append(_resubmit_one(ctx, incident, sid, dry_run))
+        results.append(_resubmit_one(ctx, incident, sid, dry_run, params))
     if not results:
         return skipped("the incident names no job to resubmit")
     submitted = [r for r in results if r["state"] == "submitted"]
@@ -319,35 +329,52 @@ def next_submission_id(root: str, attempt: int) -> str:
     return resubmission_id(root, attempt)
 
 
-def _resubmit_one(ctx: Context, incident: Incident, sid: str, dry_run: bool) -> dict[str, Any]:
+def _resubmit_one(ctx: Context, incident: Incident, sid: str, dry_run: bool,
+                  params: dict[str, Any]) -> dict[str, Any]:
     folder = ctx.folders.of(sid)
-    if not folder.spec_file.is_file():
-        return {"job": sid, "state": "skipped", "message": f"job {sid} was not submitted through Argus: no spec"}
-    spec = JobSpec.load(folder.spec_file)
     root, attempt = chain_of(folder)
     new_sid = next_submission_id(root, attempt + 1)
-    entry = spec.entrypoint
-    if "verl" in entry and "resume_mode" not in entry:
-        entry = f"{entry} trainer.resume_mode=auto"
-    checkpoint = _latest_checkpoint(folder)
     try:
         record = ctx.jobs.get(sid)
     except NotFound:
         record = None
-    if record is not None and (why := _ended_apart(record, incident, folder)):
+    source = _source_of(ctx, sid, folder)
+    entrypoint = source.entrypoint if isinstance(source, _Source) else None
+    if record is not None and (why := _ended_apart(record, incident, folder, entrypoint)):
         return {"job": sid, "state": "skipped", "message": f"job {sid} {why}: not resubmitted"}
+    if isinstance(source, str):
+        return {"job": sid, "state": "skipped", "message": f"job {sid} cannot be resubmitted safely: {source}"}
+    plan = plan_resume(source.entrypoint, env=source.env, metadata=source.metadata,
+                       chain_folders=chain_folders(ctx.folders, sid), cwd=source.cwd, adopted=source.adopted)
+    resume = {"resumes": plan.resumes, "how": plan.how, "resume": plan.describe(),
+              "step": plan.checkpoint.step if plan.checkpoint else None,
+              "checkpoint": str(plan.checkpoint.path) if plan.checkpoint else None, "adopted": source.adopted}
+    if not plan.resumes and not params.get("from_scratch", False):
+        return {"job": sid, "state": "skipped", **resume,
+                "message": f"job {sid} not resubmitted: it would start from scratch ({plan.problem}); the policy "
+                           f"resubmits from scratch only where its resubmit_job step says from_scratch: true"}
+    entry = plan.entrypoint if plan.resumes else source.entrypoint
     if dry_run:
-        return {"job": sid, "state": "would", "new": new_sid,
-                "message": f"would resubmit {sid} as {new_sid}" + (f" from {checkpoint.name}" if checkpoint else "")}
+        return {"job": sid, "state": "would", "new": new_sid, **resume,
+                "message": f"would resubmit {sid} as {new_sid} {plan.describe()}"}
     if record is not None and not record.ended:
         ctx.jobs.stop(sid, reason=f"resubmitting as {new_sid} (incident {incident.id})")
         deadline = time.monotonic() + ctx.stop_wait_s
         while not ctx.jobs.get(sid).ended and time.monotonic() < deadline:
             time.sleep(0.5)
-    new = spec.model_copy(update={"submission_id": new_sid, "resume": True, "entrypoint": entry})
+    lineage = Lineage(of=sid, root=root, attempt=attempt + 1)
     for _ in range(2):
         try:
-            ctx.jobs.submit(new, resume_from=checkpoint, lineage=Lineage(of=sid, root=root, attempt=attempt + 1))
+            if source.spec is not None:
+                new = source.spec.model_copy(update={"submission_id": new_sid, "resume": plan.resumes,
+                                                     "entrypoint": entry})
+                ctx.jobs.submit(new, resume_from=plan.checkpoint.path if plan.resumes and plan.checkpoint else None,
+                                lineage=lineage)
+            else:
+                assert source.submission is not None
+                call = source.submission.call(new_sid, entrypoint=entry, env=plan.env if plan.resumes else {},
+                                              metadata=lineage.metadata())
+                ctx.jobs.submit_again(call, source=source.submission.as_json())
             break
         except Conflict:
             # A retry after a crash. If Ray has the job, this attempt happened: never a second one. If only
@@ -357,19 +384,90 @@ def _resubmit_one(ctx: Context, incident: Incident, sid: str, dry_run: bool) -> 
             except NotFound:
                 shutil.rmtree(ctx.folders.of(new_sid).root, ignore_errors=True)
                 continue
-            return {"job": sid, "state": "exists", "new": new_sid, "message": f"{new_sid} was already submitted"}
+            return {"job": sid, "state": "exists", "new": new_sid, **resume,
+                    "message": f"{new_sid} was already submitted"}
         except ArgusError as exc:
-            return {"job": sid, "state": "failed", "new": new_sid,
+            return {"job": sid, "state": "failed", "new": new_sid, **resume,
                     "message": f"resubmitting {sid} failed: {exc.message}"}
-    marker = {"of": sid, "root": root, "attempt": attempt + 1, "incident": incident.id,
-              "checkpoint": str(checkpoint) if checkpoint else None, "at": ctx.clock().isoformat()}
+    marker = {"of": sid, "root": root, "attempt": attempt + 1, "incident": incident.id, **resume,
+              "at": ctx.clock().isoformat()}
     ctx.folders.of(new_sid).resubmit_file.write_text(json.dumps(marker, indent=2) + "\n")
-    logger.bind(incident=incident.id).info("resubmitted {} as {} (attempt {})", sid, new_sid, attempt + 1)
-    return {"job": sid, "state": "submitted", "new": new_sid, "attempt": attempt + 1,
-            "message": f"resubmitted {sid} as {new_sid}" + (f" from {checkpoint.name}" if checkpoint else "")}
+    logger.bind(incident=incident.id).info("resubmitted {} as {} (attempt {}) {}", sid, new_sid, attempt + 1,
+                                           plan.describe())
+    return {"job": sid, "state": "submitted", "new": new_sid, "attempt": attempt + 1, **resume,
+            "message": f"resubmitted {sid} as {new_sid} {plan.describe()}"}
 
 
-def _ended_apart(record: Any, incident: Incident, folder: JobFolder) -> str | None:
+@dataclass(frozen=True)
+class _Source:
+    """What a job was submitted with: its JobSpec (submitted through Argus) or Ray's record (adopted)."""
+
+    entrypoint: str
+    env: dict[str, str]
+    metadata: dict[str, str]
+    cwd: str | None
+    spec: JobSpec | None = None
+    submission: RaySubmission | None = None
+
+    @property
+    def adopted(self) -> bool:
+        return self.spec is None
+
+
+def _source_of(ctx: Context, sid: str, folder: JobFolder) -> _Source | str:
+    """The job's source, or why it cannot be submitted again safely."""
+    if folder.spec_file.is_file():
+        spec = JobSpec.load(folder.spec_file)
+        call = _json_file(folder.submit_file)
+        env = (call.get("runtime_env") or {}).get("env_vars") or {}
+        return _Source(spec.entrypoint, {str(k): str(v) for k, v in env.items()},
+                       {str(k): str(v) for k, v in (call.get("metadata") or {}).items()}, spec.working_dir, spec=spec)
+    try:
+        submission = read_submission(ctx.dashboard_url, sid, timeout_s=ctx.request_timeout_s,
+                                     list_actors=partial(ray_list, ctx, "list_actors"))
+    except NotFound:
+        return "Ray no longer keeps its record (entrypoint, runtime_env), and Argus did not submit it"
+    except ArgusError as exc:
+        return f"Ray's record of it could not be read ({exc.message})"
+    if not submission.resources_known:
+        return ("Ray no longer lists its supervisor actor, so the resources its driver asked for are not known; "
+                "submit it again by hand")
+    for uri in submission.packages():
+        exists = package_exists(ctx.dashboard_url, uri, timeout_s=ctx.request_timeout_s)
+        if not exists:
+            state = "is gone from" if exists is False else "may be gone from (the dashboard did not say)"
+            return (f"its runtime_env package {uri} {state} the GCS (Ray drops a package once no job uses it); "
+                    "submit it again with `ray job submit --working-dir`")
+    working_dir = submission.runtime_env.get("working_dir")
+    cwd = working_dir if isinstance(working_dir, str) and working_dir.startswith("/") else None
+    return _Source(submission.entrypoint, submission.env, submission.metadata, cwd, submission=submission)
+
+
+def chain_folders(folders: JobFolders, sid: str, limit: int = 50) -> list[Path]:
+    """The folders of `sid`'s chain of resubmissions that exist, itself first, then each job it resubmits."""
+    out: list[Path] = []
+    current: str | None = sid
+    while current and len(out) < limit:
+        try:
+            folder = folders.of(current)
+        except ArgusError:
+            break
+        if folder.exists() and folder.root not in out:
+            out.append(folder.root)
+        previous = _json_file(folder.resubmit_file).get("of")
+        current = previous if isinstance(previous, str) and previous != current else None
+    return out
+
+
+def _json_file(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _ended_apart(record: Any, incident: Incident, folder: JobFolder, entrypoint: str | None = None) -> str | None:
     """Why a job that already ended is none of this incident's business, or None when it is.
 
     A lost node names every job that ever had work there; one that finished, was stopped (by a person, by a
@@ -379,8 +477,9 @@ def _ended_apart(record: Any, incident: Incident, folder: JobFolder) -> str | No
     slack covers failures whose evidence was read a poll or two after the job ended."""
     if not record.ended:
         return None
-    if record.status == "SUCCEEDED":
+    if record.status == "SUCCEEDED" and (entrypoint is None or exit_status_is_the_trainers(entrypoint)):
         return "had already succeeded"
+    # SUCCEEDED from a trainer piped into `tee` says only that tee succeeded: the time rule below decides.
     if record.status == "STOPPED" or record.mark in ("stopped", "timed_out"):
         try:
             reason = json.loads(folder.status_file.read_text(encoding="utf-8")).get("reason", "")
@@ -394,15 +493,6 @@ def _ended_apart(record: Any, incident: Incident, folder: JobFolder) -> str | No
     if record.ended_at is not None and record.ended_at < fault_at - ENDED_BEFORE_SLACK:
         return f"had already ended ({record.status}) at {record.ended_at:%H:%M:%S}, before this fault"
     return None
-
-
-def _latest_checkpoint(folder: JobFolder) -> Path | None:
-    try:
-        steps = [(step_of(p.name), p) for p in folder.checkpoints.iterdir()]
-    except OSError:
-        return None
-    steps = [(n, p) for n, p in steps if n is not None]
-    return max(steps)[1] if steps else None
 
 
 # -- stop_job ------------------------------------------------------------------------------------------------

@@ -74,3 +74,17 @@ def test_the_node_death_time_beats_an_earlier_echo_in_the_incident(tmp_path: Pat
     early = _ended_apart(record("FAILED", FAULT + timedelta(seconds=2)), lost, folder(tmp_path))
     assert early and "before this fault" in early
     assert _ended_apart(record("FAILED", died + timedelta(seconds=1)), lost, folder(tmp_path)) is None
+
+
+def test_a_success_that_is_only_tees_does_not_keep_a_job_the_fault_killed(tmp_path: Path) -> None:
+    """`python train.py | tee log`: /bin/sh returns tee's status, so a trainer killed with its node leaves the
+    job SUCCEEDED. Only the fault's time tells then."""
+    piped = "cd /nfs && python3 -m verl.trainer.main_ppo a=b 2>&1 | tee train.log"
+    after = record("SUCCEEDED", FAULT + timedelta(seconds=2))
+    assert _ended_apart(after, incident(), folder(tmp_path), piped) is None
+    long_before = _ended_apart(record("SUCCEEDED", FAULT - timedelta(hours=1)), incident(), folder(tmp_path), piped)
+    assert long_before and "before this fault" in long_before
+    assert "succeeded" in _ended_apart(after, incident(), folder(tmp_path), "python3 train.py > out.log 2>&1")
+    assert "succeeded" in _ended_apart(after, incident(), folder(tmp_path), "cd /x && python3 train.py && cp a b")
+    for masked in ("python3 train.py; echo done", "python3 train.py || true", "python3 train.py\necho done"):
+        assert _ended_apart(after, incident(), folder(tmp_path), masked) is None, masked

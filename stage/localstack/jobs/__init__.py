@@ -3,7 +3,9 @@
 - host_oom.py: a task that eats host memory until Ray's OOM killer kills it;
 - gloo_steps.py: a 2-rank torch.distributed (gloo) loop printing "step N", optionally stalling;
 - cuda_oom.py: a rank that fails the way PyTorch's CUDA allocator does (simulated: no GPU here);
-- idle_gpus.py: an actor that holds GPUs and does nothing with them.
+- idle_gpus.py: an actor that holds GPUs and does nothing with them;
+- hydra_trainer.py: a resumable trainer with verl's command line (Hydra overrides) and checkpoint layout;
+- flag_trainer.py: a resumable trainer that takes its checkpoint as `--resume PATH`.
 """
 
 from pathlib import Path
