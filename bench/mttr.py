@@ -1,15 +1,22 @@
 """Time to recover: a worker running a job's rank is killed; Argus (loop every 1 s, remediation in auto
 mode) detects the lost node, keeps the scene, drains the node and resubmits the job from its checkpoint.
 Prints, per run and as median/max: kill -> incident, kill -> resubmitted, kill -> new job RUNNING, kill ->
-the resumed job's first training step. A figure, not a test: the machine is shared.
+the resumed job's first training step, and the step the new run resumed at beside the job's last whole
+checkpoint. A figure, not a test: the machine is shared.
 
-    .venv/bin/python bench/mttr.py [-n 3] [--ray-defaults]
+The job is the stage's trainer with verl's command line and checkpoint layout (stage/localstack/jobs/
+hydra_trainer.py), submitted through Argus (a JobSpec, checkpoints in its job folder) or, with `--submit ray`,
+with plain `ray job submit` and its output piped into `tee`, as verl's example scripts run it (Argus adopts it).
+
+    .venv/bin/python bench/mttr.py [-n 3] [--submit argus|ray] [--ray-defaults]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -20,11 +27,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from stage.localstack.jobs import JOBS_DIR  # noqa: E402
 from stage.localstack.process import poll_until  # noqa: E402
-from stage.localstack.trainer import RESUMABLE_TRAINER  # noqa: E402
+
+TRACKER = "latest_checkpointed_iteration.txt"
 
 
-def one_run(cluster, work: Path, run: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def ray_job_submit(cluster, sid: str, entrypoint: str) -> None:  # type: ignore[no-untyped-def]
+    ray = str(Path(sys.executable).parent / "ray")
+    subprocess.run([ray, "job", "submit", "--address", cluster.dashboard_url, "--submission-id", sid, "--no-wait",
+                    "--", entrypoint], check=True, capture_output=True, timeout=120)
+
+
+def one_run(cluster, work: Path, run: int, submit: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
     from argus.incidents.desk import IncidentDesk
     from argus.pipeline import Pipeline
     from argus.store.store import Store
@@ -41,7 +56,7 @@ def one_run(cluster, work: Path, run: int) -> dict[str, float]:  # type: ignore[
     base = work / f"run{run}"
     shared = base / "shared"
     (shared / "code").mkdir(parents=True)
-    (shared / "code" / "train.py").write_text(RESUMABLE_TRAINER)
+    shutil.copy(JOBS_DIR / "hydra_trainer.py", shared / "code" / "train.py")
     store = Store(f"sqlite:///{base / 'argus.db'}")
     jobs = JobController(cluster.dashboard_url, shared)
     policy = load_policy(mode=Mode.AUTO)
@@ -52,8 +67,17 @@ def one_run(cluster, work: Path, run: int) -> dict[str, float]:  # type: ignore[
                                                    gcs_address=cluster.gcs_address, local=LocalRunner(), store=store))
     pipeline = Pipeline(collectors=[RayStateCollector(cluster.dashboard_url, timeout_s=10)],
                         detectors=[LostNodeDetector(lookback_s=30)], incidents=IncidentDesk(store))
-    sid = jobs.submit(JobSpec(name="mttr", entrypoint=f"{sys.executable} train.py", owner="bench",
-                              code_path=str(shared / "code"), working_dir=str(shared / "code"))).submission_id
+    args = (f"{sys.executable} train.py data.train_files={shared}/train.parquet actor_rollout_ref.model.path="
+            f"{shared}/model trainer.project_name=bench trainer.experiment_name=run{run} trainer.save_freq=5")
+    if submit == "ray":
+        sid, ckpt = f"mttr-plain-{run}", shared / "ckpt"
+        ray_job_submit(cluster, sid, f"cd {shared / 'code'} && {args} trainer.default_local_dir={ckpt} "
+                                     f"2>&1 | tee {shared / 'train.log'}")
+    else:
+        entry = f"{args} trainer.default_local_dir=$ARGUS_JOB_DIR/checkpoints"
+        sid = jobs.submit(JobSpec(name="mttr", entrypoint=entry, owner="bench", code_path=str(shared / "code"),
+                                  working_dir=str(shared / "code"))).submission_id
+        ckpt = jobs.folder(sid).checkpoints
 
     def printed(s: str, key: str):  # type: ignore[no-untyped-def]
         try:
@@ -63,8 +87,7 @@ def one_run(cluster, work: Path, run: int) -> dict[str, float]:  # type: ignore[
         return next((x.split("=", 1)[1] for x in log.splitlines() if x.startswith(key + "=")), None)
 
     node = poll_until("the rank", lambda: printed(sid, "RANK_NODE"), timeout=180)
-    poll_until("a checkpoint", lambda: list(jobs.folder(sid).checkpoints.glob("global_step_*")),
-               timeout=180)
+    poll_until("a whole checkpoint", lambda: (ckpt / TRACKER).exists(), timeout=180)
     pipeline.run_once()
     index = next(w.index for w in cluster.workers if w.node_id == node)
     killed = time.time()
@@ -94,11 +117,13 @@ def one_run(cluster, work: Path, run: int) -> dict[str, float]:  # type: ignore[
             try:
                 if "step:" in jobs.logs(new_sid):
                     times["first step"] = time.time() - killed
+                    times["resumed at"] = float(printed(new_sid, "RESUMED_AT_STEP") or "nan")
+                    times["last checkpoint"] = float((ckpt / TRACKER).read_text())
                     break
             except Exception:  # noqa: BLE001 - no driver log yet
                 pass
         time.sleep(0.2)
-    for record in jobs.list():
+    for record in jobs.list(all_jobs=True):
         if not record.ended:
             jobs.stop(record.submission_id, reason="bench done")
     cluster.restart_worker(index)
@@ -110,6 +135,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=3, help="runs")
     parser.add_argument("--ray-defaults", action="store_true", help="Ray's default health check (3 s x 5)")
+    parser.add_argument("--submit", choices=("argus", "ray"), default="argus",
+                        help="submit the job through Argus (a JobSpec) or with plain `ray job submit`")
     args = parser.parse_args()
     from stage.localstack.process import REGISTRY, install_exit_handlers
     from stage.localstack.ray_cluster import RayCluster
@@ -125,19 +152,25 @@ def main() -> int:
             cluster.start(timeout=180)
         for run in range(args.n):
             with console.status(f"run {run + 1}/{args.n}: kill, detect, remediate, resume"):
-                rows.append(one_run(cluster, work, run))
+                rows.append(one_run(cluster, work, run, args.submit))
     finally:
         REGISTRY.stop_all()
     keys = ["incident", "resubmitted", "running", "first step"]
-    table = Table(title=f"seconds after the kill ({'Ray defaults' if args.ray_defaults else 'fast health check'})")
+    steps = ["last checkpoint", "resumed at"]
+    how = "ray job submit" if args.submit == "ray" else "Argus JobSpec"
+    table = Table(title=f"seconds after the kill ({'Ray defaults' if args.ray_defaults else 'fast health check'}; "
+                        f"job submitted with {how})")
     table.add_column("run")
     for key in keys:
         table.add_column(key, justify="right")
+    for key in steps:
+        table.add_column(key + " (step)", justify="right")
     for i, row in enumerate(rows, 1):
-        table.add_row(str(i), *(f"{row[k]:.1f}" if k in row else "-" for k in keys))
+        table.add_row(str(i), *(f"{row[k]:.1f}" if k in row else "-" for k in keys),
+                      *(f"{row[k]:.0f}" if k in row else "-" for k in steps))
     for name, fn in (("median", statistics.median), ("max", max)):
         table.add_row(name, *(f"{fn([r[k] for r in rows if k in r]):.1f}" if any(k in r for r in rows) else "-"
-                              for k in keys))
+                              for k in keys), *("" for _ in steps))
     console.print(table)
     return 0
 
