@@ -5,6 +5,14 @@ folder on shared storage, the newest checkpoint's time, the actions taken), asks
 report, stores it, and writes it to `<shared_root>/jobs/<submission_id>/rca/<incident>.md` (and `.json`).
 A deterministic report comes first, at once; where an LLM is configured its report follows and becomes
 the latest. A failure is logged and leaves the incident without that report; it never reaches the loop.
+
+Remediation's steps end after the report was written. `refresh` (once the steps are planned, and each time one
+reaches a final state) stores the latest report again with its "What Argus did" rewritten from the steps as they
+are now (rca.report.with_actions: no LLM call, nothing else re-read), as the new latest; an LLM pass that was
+under way when a step ended tells the steps as they are when it is stored. A refresh is not announced
+(report_ready): the group was told of the report once, and its link always shows the latest. Step texts in a
+refresh are redacted with a fresh Redactor: where IPs or users are pseudonymised, their numbers there may
+differ from the rest of the report's.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import json
 import queue
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +33,10 @@ from argus.incidents.events import IncidentEvent
 from control.artifacts import step_of
 from core.jobfolder import JobFolder, is_submission_id
 from core.refs import refs_of
-from core.types import Incident, Report
+from core.types import Incident, Report, utcnow
 from rca.engine import RcaEngine
 from rca.evidence import LogSource, read_tail
+from rca.report import with_actions
 
 MAX_LOG_FILES = 16
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
@@ -41,10 +50,12 @@ class ReportService:
         self.shared_root = Path(shared_root)
         self.events = events
         # Two workers: the deterministic report of a new incident must not wait behind LLM passes, which take
-        # a minute each on a CPU. Each queue holds incident ids; None stops its worker.
-        self._queues: dict[bool, queue.Queue[str | None]] = {False: queue.Queue(), True: queue.Queue()}
-        self._pending: dict[bool, set[str]] = {False: set(), True: set()}
+        # a minute each on a CPU. Each queue holds (incident id, "write" | "refresh"); None stops its worker.
+        self._queues: dict[bool, queue.Queue[tuple[str, str] | None]] = {False: queue.Queue(), True: queue.Queue()}
+        self._pending: dict[bool, set[tuple[str, str]]] = {False: set(), True: set()}
+        self._busy = 0  # items being worked on
         self._lock = threading.Lock()
+        self._storing = threading.Lock()  # reading the steps and storing a report that tells them: one at a time
         self._threads: list[threading.Thread] = []
 
     # -- the worker --------------------------------------------------------------------------------------
@@ -68,20 +79,34 @@ class ReportService:
         """Queue a report for the incident (the deterministic one first, then the LLM's); never queued twice."""
         self._enqueue(incident_id, use_llm=False)
 
-    def _enqueue(self, incident_id: str, *, use_llm: bool) -> None:
+    def refresh(self, incident_id: str) -> None:
+        """Queue a refresh of the incident's latest report with its remediation steps as they are (cheap: on the
+        deterministic worker, after what is queued there before it)."""
+        self._enqueue(incident_id, use_llm=False, what="refresh")
+
+    def _enqueue(self, incident_id: str, *, use_llm: bool, what: str = "write") -> None:
+        item = (incident_id, what)
         with self._lock:
-            if incident_id in self._pending[use_llm]:
+            if item in self._pending[use_llm]:
                 return
-            self._pending[use_llm].add(incident_id)
-        self._queues[use_llm].put(incident_id)
+            self._pending[use_llm].add(item)
+        self._queues[use_llm].put(item)
 
     def idle(self) -> bool:
         with self._lock:
-            return not self._pending[False] and not self._pending[True]
+            return not self._pending[False] and not self._pending[True] and not self._busy
 
     def _run(self, use_llm: bool) -> None:
-        while (incident_id := self._queues[use_llm].get()) is not None:
+        while (item := self._queues[use_llm].get()) is not None:
+            incident_id, what = item
+            with self._lock:
+                self._busy += 1
+                if what == "refresh":  # a step ending from now on queues another: this one may read too early
+                    self._pending[use_llm].discard(item)
             try:
+                if what == "refresh":
+                    self.refresh_now(incident_id)
+                    continue
                 self._write_pass(incident_id, use_llm=use_llm)
                 if not use_llm and self.engine.writer is not None:
                     self._enqueue(incident_id, use_llm=True)
@@ -89,7 +114,8 @@ class ReportService:
                 logger.opt(exception=exc).bind(incident=incident_id).error("report for {} failed: {}", incident_id, exc)
             finally:
                 with self._lock:
-                    self._pending[use_llm].discard(incident_id)
+                    self._pending[use_llm].discard(item)
+                    self._busy -= 1
 
     # -- one report ----------------------------------------------------------------------------------------
 
@@ -112,13 +138,37 @@ class ReportService:
             "actions": self.store.list_actions(incident_id),
         }
         report = self.engine.report(incident, findings, use_llm=use_llm, **context)
-        saved = self.store.add_report(report)
+        with self._storing:
+            actions = self.store.list_actions(incident_id)
+            if actions != context["actions"]:  # a step moved while this pass ran (an LLM pass takes a minute)
+                report = with_actions(report, actions, self.engine.redactor().redact)
+            saved = self.store.add_report(report.model_copy(update={"created_at": utcnow()}))
         self._save_file(folder, saved)
         log = logger.bind(incident=incident_id)
         log.info("report {} for {} ({}, {} {:.2f})", saved.id, incident_id, saved.generator, saved.category.value,
                  saved.confidence)
         if self.events is not None:
             self.events.publish(IncidentEvent.report_ready(incident, saved))
+        return saved
+
+    def refresh_now(self, incident_id: str) -> Report | None:
+        """Store the latest report again telling the incident's steps as they are now, as the new latest; None
+        when there is no report yet (the pass to come reads the steps) or it tells them as they are already."""
+        with self._storing:
+            reports = self.store.reports_for(incident_id)
+            if not reports:
+                return None
+            latest = reports[-1]
+            refreshed = with_actions(latest, self.store.list_actions(incident_id), self.engine.redactor().redact)
+            if refreshed.data.get("actions") == latest.data.get("actions") and refreshed.markdown == latest.markdown:
+                return None
+            saved = self.store.add_report(refreshed.model_copy(update={
+                "id": "", "created_at": max(utcnow(), latest.created_at + timedelta(microseconds=1))}))
+        incident = self.store.get_incident(incident_id)
+        sid = self.submission_id(incident)
+        self._save_file(JobFolder(self.shared_root, sid) if sid else None, saved)
+        logger.bind(incident=incident_id).info("report {} for {}: its steps as they are now (from {})", saved.id,
+                                               incident_id, latest.id)
         return saved
 
     @staticmethod

@@ -71,7 +71,7 @@ class ArgusService:
         self.reports = reports = build_reports(settings, store, events=events)
         reports.start()
         self.control = control = build_control(settings, store)
-        self.remediator = remediator = build_remediator(settings, store, control, metrics=metrics)
+        self.remediator = remediator = build_remediator(settings, store, control, metrics=metrics, reports=reports)
         remediator.recover()  # steps a crash left running: finished, re-run when safe, or reported
         self.incidents = incidents = build_incidents(
             settings, store, events=events, public_url=public, metrics=metrics, reports=reports,

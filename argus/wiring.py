@@ -44,6 +44,7 @@ from control.node_manager import NodeManager
 from core.jobfolder import JobFolders
 from core.ports import Collector, Detector, DetectorMemory
 from core.settings import Settings
+from core.types import Action
 from detectors.disk_space import DiskSpaceDetector
 from detectors.engine import load_rules
 from detectors.idle_gpu import IdleGpuDetector
@@ -217,9 +218,10 @@ def build_reports(settings: Settings, store: Any, *, events: EventSink | None = 
 
 
 def build_remediator(settings: Settings, store: Any, control: ControlPlane, *,
-                     metrics: ArgusMetrics | None = None) -> Remediator:
-    """The remediation runner over the control plane, with the policy from settings (checked at start). With
-    `metrics`, each step reaching a final state is counted in argus_actions_total."""
+                     metrics: ArgusMetrics | None = None, reports: ReportService | None = None) -> Remediator:
+    """The remediation runner over the control plane, with the policy from settings (checked at start). Each step
+    reaching a final state is counted in argus_actions_total (with `metrics`) and refreshes its incident's report's
+    "What Argus did" (with `reports`: cheap, no LLM call)."""
     policy = load_policy(settings.remediation_policy, mode=settings.remediation_mode)
     ctx = ActionContext(jobs=control.jobs, registry=control.registry, nodes=control.manager,
                         dashboard_url=settings.ray_dashboard_url, gcs_address=settings.ray_gcs_address,
@@ -227,7 +229,14 @@ def build_remediator(settings: Settings, store: Any, control: ControlPlane, *,
     logger.info("remediation policy {} in mode {}", policy.source, policy.mode.value)
     if metrics is not None:
         metrics.declare_actions(STEPS)
-    return Remediator(store, policy, ctx, on_step_final=metrics.action_finished if metrics is not None else None)
+
+    def step_final(action: Action) -> None:
+        if metrics is not None:
+            metrics.action_finished(action.kind, action.state.value)
+        if reports is not None and action.incident_id is not None:
+            reports.refresh(action.incident_id)
+
+    return Remediator(store, policy, ctx, on_step_final=step_final)
 
 
 def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: ArgusMetrics | None = None,

@@ -87,7 +87,7 @@ class RcaEngine:
         bundle.redactions = redactor.count
         return render(ReportInput(incident=incident, bundle=bundle, verdict=verdict, impact=impact, actions=actions,
                                   llm=outcome, decision=decision, llm_configured=self.writer is not None,
-                                  cited=cited))
+                                  cited=cited, redact=redactor.redact))
 
     def deterministic(self, incident: Incident, findings: Sequence[Finding],
                       from_logs: Classification) -> tuple[Classification, bool]:

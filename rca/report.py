@@ -4,6 +4,12 @@ Sections: Summary; Root cause (category, confidence, and how it was decided); Ev
 their source); Timeline; Impact (job, nodes, GPUs, GPU-hours lost); Recommended actions; What Argus did;
 About this report (generator, model, what was redacted or cut). Text from logs is quoted in code spans or
 blocks, never interpreted as Markdown (a log line cannot inject a link or a heading).
+
+"What Argus did" lists each remediation step with what it did once it is final (its outcome's message: "resubmitted
+job-a as job-a-r1 from checkpoint global_step_40 (step 40) ...", "job X cannot be resubmitted safely: ...", "not
+resubmitted: it would start from scratch ..."), else its preview at planning (core.steps); the JSON carries the
+same per action, with each resubmitted job's checkpoint and step. `with_actions` rewrites only that section and its
+JSON in a stored report, so the report follows the steps as they end without another LLM pass.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 from core.names import ID_MAX, Named, PlacedGpus, clean, label_of, node_of
 from core.refs import refs_of
 from core.signal_keys import JOB_NAME, OWNER
+from core.steps import said
 from core.types import Action, Incident, Report
 from rca.classify import Classification
 from rca.evidence import EvidenceBundle
@@ -108,6 +115,7 @@ class ReportInput:
     decision: Decision | None = None
     llm_configured: bool = False
     cited: tuple[int, ...] = field(default_factory=tuple)  # the LLM's refs that exist in the bundle
+    redact: Callable[[str], str] | None = None  # for the steps' own words (the report's Redactor)
 
 
 def render(inp: ReportInput) -> Report:
@@ -198,13 +206,7 @@ def render(inp: ReportInput) -> Report:
     md += [f"{i}. {_inline(s)}" for i, s in enumerate(dict.fromkeys(steps), start=1)] or ["None known."]
     md.append("")
 
-    md += ["## What Argus did", ""]
-    if inp.actions:
-        md += [f"- `{a.kind}` on {a.target.kind.value} `{_code(a.target.name or a.target.id)}`: {a.state.value}"
-               + (f" ({_inline(a.reason)})" if a.reason else "") for a in inp.actions]
-    else:
-        md.append("Nothing yet: no remediation step has been planned for this incident.")
-    md.append("")
+    md += actions_section(inp.actions, inp.redact)
 
     generator = f"llm:{inp.llm.model}" if accepted and inp.llm else "deterministic"
     md += ["## About this report", ""]
@@ -239,12 +241,77 @@ def render(inp: ReportInput) -> Report:
         "timeline": [{"at": w, "event": e} for w, e in _timeline(inp, analysis if accepted else None)],
         "impact": inp.impact.as_dict(),
         "recommended_actions": list(dict.fromkeys(steps)),
-        "actions": [{"kind": a.kind, "state": a.state.value, "target": a.target.id} for a in inp.actions],
+        "actions": actions_data(inp.actions, inp.redact),
         "redactions": bundle.redactions,
         "omitted": bundle.omitted,
     }
     return Report(id="", incident_id=incident.id, category=category, confidence=confidence, summary=summary[:2000],
                   markdown="\n".join(md).rstrip() + "\n", generator=generator, data=data)
+
+
+STEP_TEXT_MAX = 1500  # characters of one step's own words in the report
+_SECTION = "## What Argus did"
+
+
+def actions_section(actions: Sequence[Action], redact: Callable[[str], str] | None = None) -> list[str]:
+    """The "What Argus did" section's lines (its heading first, a blank line last)."""
+    r = redact or _same
+    md = [_SECTION, ""]
+    for a in actions:
+        step = said(a)
+        where = r(a.target.name or a.target.id)
+        line = f"- `{a.kind}` on {a.target.kind.value} `{_code(where)}`: {step.status}" + (
+            f" ({_inline(r(a.reason))})" if a.reason else "")
+        if step.text:
+            line += f". {'Outcome' if step.final else 'Preview'}: {_inline(_cut(r(step.text), STEP_TEXT_MAX))}"
+        md.append(line)
+    if not actions:
+        md.append("Nothing yet: no remediation step has been planned for this incident.")
+    md.append("")
+    return md
+
+
+def actions_data(actions: Sequence[Action], redact: Callable[[str], str] | None = None) -> list[dict[str, Any]]:
+    """The report's JSON of the steps: each one's state and own words, and, for a resubmit, each job's fate
+    (resubmitted as which job, from which checkpoint and step, or why not)."""
+    r = redact or _same
+    out = []
+    for a in actions:
+        step = said(a)
+        item: dict[str, Any] = {
+            "id": a.id, "kind": a.kind, "state": a.state.value, "target": r(a.target.id), "dry_run": a.dry_run,
+            "status": step.status, "message": _cut(r(step.text), STEP_TEXT_MAX) if step.final else None,
+            "preview": _cut(r(str(a.result["preview"])), STEP_TEXT_MAX) if a.result.get("preview") else None,
+        }
+        jobs = a.result.get("jobs")
+        if isinstance(jobs, list):
+            item["jobs"] = [{k: r(v) if isinstance(v, str) else v for k, v in j.items()
+                             if k in ("job", "state", "new", "resumes", "step", "checkpoint", "message")}
+                            for j in jobs[:20] if isinstance(j, dict)]
+        out.append(item)
+    return out
+
+
+def with_actions(report: Report, actions: Sequence[Action], redact: Callable[[str], str] | None = None) -> Report:
+    """`report` telling `actions` as they are now in "What Argus did" and its JSON; the rest as it was written."""
+    data = {**report.data, "actions": actions_data(actions, redact)}
+    section = "\n".join(actions_section(actions, redact))
+    md = report.markdown
+    start = md.find(f"\n{_SECTION}\n")
+    if start < 0:  # a report from before the section existed: it is added at the end
+        markdown = md.rstrip() + "\n\n" + section.rstrip() + "\n"
+    else:
+        end = md.find("\n## ", start + len(_SECTION) + 2)
+        markdown = md[:start + 1] + section + ("\n" + md[end + 1:] if end >= 0 else "")
+    return report.model_copy(update={"markdown": markdown, "data": data})
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _timeline(inp: ReportInput, analysis: LlmAnalysis | None) -> list[tuple[str, str]]:

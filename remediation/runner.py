@@ -6,6 +6,15 @@ In dry-run mode steps are planned and then run as dry runs (skipped, saying what
 approval mode a person or the agent approves each; in auto mode they are approved when planned. Each step
 has an idempotency key `<incident>:<source>:<n>:<kind>`, so planning twice plans once.
 
+Each step planned gets a preview (`result["preview"]`): its dry run's message, what it would do or why it would
+not ("job X cannot be resubmitted safely: ..."), which the IM message and the report show until the step's own
+outcome replaces it. A dry run reads Ray and the disk and changes nothing; the previews of one plan run side by
+side and are waited for at most `preview_timeout_s` (the Ray request timeout unless given), a minute after a
+plan whose previews ran out of time only `PREVIEW_AFTER_TIMEOUT_S` (Ray hanging in a storm of incidents must
+not make each plan wait the full bound). A preview that fails or is late is left out; planning never fails for one.
+`plan` runs on the incident bus's remediation worker (argus/incidents/subscribers.py), never on the
+detection tick, and in the API request that proposes steps.
+
 Running is claimed with a compare-and-set (approved -> running) in the store, so two runners never run one
 step. Steps of one incident run in order: a step waits while an earlier one is planned, approved or
 running. After a crash, `recover()` looks at each step left running: keep_scene and stop_job are safe to
@@ -19,6 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,24 +45,33 @@ from remediation.policy import Mode, Policy, Step
 ACTOR = "argus-remediation"
 OPEN_STATES = (ActionState.PLANNED, ActionState.APPROVED, ActionState.RUNNING)
 FINAL_STATES = (ActionState.SUCCEEDED, ActionState.FAILED, ActionState.SKIPPED, ActionState.REJECTED)
+PREVIEW_MAX = 2000  # characters of a preview kept in the action's result
+PREVIEW_AFTER_TIMEOUT_S = 1.0  # the previews' bound for a minute after a plan whose previews ran out of time
+PREVIEW_COOLDOWN_S = 60.0
 
 
 class Remediator:
     def __init__(self, store: Any, policy: Policy, ctx: Context, *, clock: Callable[[], datetime] = utcnow,
-                 on_step_final: Callable[[str, str], None] | None = None) -> None:
-        """`on_step_final(kind, state)`: a step reached one of FINAL_STATES (wiring counts them in Argus's
-        metrics). Who is told of planned steps is the caller's business: `plan` returns them."""
+                 on_step_final: Callable[[Action], None] | None = None,
+                 preview_timeout_s: float | None = None) -> None:
+        """`on_step_final(action)`: a step reached one of FINAL_STATES (wiring counts it in Argus's metrics and
+        refreshes the incident's report). Who is told of planned steps is the caller's business: `plan` returns
+        them. `preview_timeout_s`: how long a plan waits for its steps' previews (default: the Ray request
+        timeout of `ctx`)."""
         self.store = store
         self.policy = policy
         self.ctx = ctx
         self.clock = clock
         self.on_step_final = on_step_final
+        self.preview_timeout_s = ctx.request_timeout_s if preview_timeout_s is None else max(0.0, preview_timeout_s)
+        self._previews_late_until = 0.0  # time.monotonic() until which previews get PREVIEW_AFTER_TIMEOUT_S
 
     # -- planning ---------------------------------------------------------------------------------------------
 
     def plan(self, incident: Incident, *, steps: list[Step] | None = None, requested_by: str = "policy",
              mode: Mode | None = None) -> list[Action]:
-        """Plan the policy's steps for the incident (or `steps`, proposed by someone); idempotent."""
+        """Plan the policy's steps for the incident (or `steps`, proposed by someone), each with its preview;
+        idempotent (steps planned before are returned as they are, their previews not made again)."""
         rule = self.policy.rule_for(incident) if steps is None else None
         steps = list(steps) if steps is not None else (list(rule.steps) if rule else [])
         mode = mode or self.policy.mode_for(rule)
@@ -59,20 +79,62 @@ class Remediator:
             return []
         source = "policy" if rule else "req-" + hashlib.sha256(
             json.dumps([s.model_dump() for s in steps], sort_keys=True).encode()).hexdigest()[:8]
+        keys = [f"{incident.id}:{source}:{index}:{step.action}" for index, step in enumerate(steps)]
+        try:
+            known = {a.idempotency_key for a in self.store.list_actions(incident.id)}
+        except ArgusError:
+            known = set()
+        previews = self._previews(incident, {i: s for i, s in enumerate(steps) if keys[i] not in known})
         planned = []
         for index, step in enumerate(steps):
+            result: dict[str, Any] = {"step": index, "params": step.params, "mode": mode.value}
+            if index in previews:
+                result["preview"] = previews[index]
             action = Action(
                 id="", incident_id=incident.id, kind=step.action, target=self._target(incident, step.action),
                 state=ActionState.APPROVED if mode is Mode.AUTO else ActionState.PLANNED,
-                idempotency_key=f"{incident.id}:{source}:{index}:{step.action}", requested_by=requested_by,
+                idempotency_key=keys[index], requested_by=requested_by,
                 reason=f"policy rule {rule.name}" if rule else f"requested by {requested_by}",
-                dry_run=mode is Mode.DRY_RUN,
-                result={"step": index, "params": step.params, "mode": mode.value},
+                dry_run=mode is Mode.DRY_RUN, result=result,
             )
             planned.append(self.store.add_action(action))
         logger.bind(incident=incident.id).info("planned {} ({}): {}", len(planned), mode.value,
                                                ", ".join(a.kind for a in planned))
         return planned
+
+    def _previews(self, incident: Incident, steps: dict[int, Step]) -> dict[int, str]:
+        """Each step's dry-run message by its index, those that came within the bound (see the module docstring)."""
+        if not steps:
+            return {}
+        got: dict[int, str] = {}
+        lock = threading.Lock()
+        log = logger.bind(incident=incident.id)
+
+        def preview(index: int, step: Step) -> None:
+            try:
+                outcome = STEPS[step.action](self.ctx, incident, dict(step.params), True)
+            except Exception as exc:  # noqa: BLE001 - a preview that fails is left out, never an error of the plan
+                log.info("no preview of {}: {}", step.action, getattr(exc, "message", None) or exc)
+                return
+            with lock:
+                got[index] = outcome.message[:PREVIEW_MAX]
+
+        now = time.monotonic()
+        bound = min(self.preview_timeout_s, PREVIEW_AFTER_TIMEOUT_S) if now < self._previews_late_until \
+            else self.preview_timeout_s
+        deadline = now + bound
+        threads = {i: threading.Thread(target=preview, args=(i, s), name=f"argus-preview-{s.action}", daemon=True)
+                   for i, s in steps.items()}
+        for thread in threads.values():
+            thread.start()
+        for thread in threads.values():
+            thread.join(max(0.0, deadline - time.monotonic()))
+        late = [steps[i].action for i, thread in threads.items() if thread.is_alive()]
+        if late:
+            self._previews_late_until = time.monotonic() + PREVIEW_COOLDOWN_S
+            log.warning("no preview of {}: not ready within {:.1f} s (planned without it)", ", ".join(late), bound)
+        with lock:
+            return dict(got)
 
     @staticmethod
     def _target(incident: Incident, kind: str) -> Subject:
@@ -241,7 +303,7 @@ class Remediator:
     def _changed(self, action: Action) -> None:
         if self.on_step_final is not None and action.state in FINAL_STATES:
             try:
-                self.on_step_final(action.kind, action.state.value)
-            except Exception as exc:  # noqa: BLE001 - counting must not break acting
+                self.on_step_final(action)
+            except Exception as exc:  # noqa: BLE001 - counting and reporting must not break acting
                 logger.warning("step-final hook failed for {}: {}", action.id, exc)
 

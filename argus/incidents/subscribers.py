@@ -58,7 +58,7 @@ class ImSubscriber:
         elif event.kind in LIFECYCLE:
             self.dispatcher.notify(event.incident, event.kind.value)
         elif event.kind is EventKind.PLANNED:
-            self.dispatcher.notify_planned(event.incident)
+            self.dispatcher.notify_planned(event.incident, event.actions)
         elif event.kind is EventKind.REPORT_READY and event.report is not None:
             self.dispatcher.notify_report(event.incident, event.report)
         elif event.kind is EventKind.APPROVAL_NEEDED and self.links is not None:
@@ -67,7 +67,9 @@ class ImSubscriber:
 
 class ReportSubscriber:
     """Queues a root-cause report for each new incident (ReportService writes it on its own workers). A reopened
-    incident keeps its report: the fault is the same one, and its new findings are listed on the incident."""
+    incident keeps its report: the fault is the same one, and its new findings are listed on the incident. Once
+    remediation has planned its steps, the report's "What Argus did" is refreshed with them and their previews
+    (the runner refreshes it again as each step ends: argus/wiring.py)."""
 
     name = "reports"
 
@@ -77,6 +79,8 @@ class ReportSubscriber:
     def receive(self, event: IncidentEvent) -> None:
         if event.kind is EventKind.OPENED:
             self.reports.submit(event.incident.id)
+        elif event.kind is EventKind.PLANNED and event.actions:
+            self.reports.refresh(event.incident.id)
 
 
 class RemediationSubscriber:

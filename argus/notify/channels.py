@@ -24,7 +24,7 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, ClassVar
 
-from argus.notify.message import Digest, Message, cut
+from argus.notify.message import STEP_TEXT_MAX, Digest, Message, cut
 from core.channels import ChannelConfig
 from core.errors import ArgusError
 from core.types import Category, Severity, utcnow
@@ -157,6 +157,15 @@ def escape_lite(text: str) -> str:
 
 
 MAX_APPROVALS = 5  # approve/reject pairs one message offers; the rest are reached through the incident
+
+
+def step_texts(m: Message, scale: float) -> list[str]:
+    """Remediation's steps, one line each, what each did or would do cut to `scale` of STEP_TEXT_MAX (at scale 0
+    only the step and its status), then how many more there are. Untrusted: the channel escapes each line."""
+    lines = [s.line(scaled(STEP_TEXT_MAX, scale)) for s in m.steps]
+    if m.steps_more:
+        lines.append(f"…and {m.steps_more} more steps")
+    return lines
 
 
 def markdown_actions(m: Message, proposal_chars: int) -> list[str]:

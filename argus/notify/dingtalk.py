@@ -22,7 +22,17 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote_plus
 
-from argus.notify.channels import Channel, Item, Judgement, Request, encode, escape_lite, markdown_actions, scaled
+from argus.notify.channels import (
+    Channel,
+    Item,
+    Judgement,
+    Request,
+    encode,
+    escape_lite,
+    markdown_actions,
+    scaled,
+    step_texts,
+)
 from argus.notify.message import Digest, Message, cut
 from core.types import Severity
 
@@ -66,6 +76,8 @@ class DingTalkChannel(Channel):
             parts.append("**Root cause**: " + escape_lite(cut(m.report_summary, scaled(1000, scale))))
         if m.resolution:
             parts.append("**Resolved** " + escape_lite(cut(m.resolution, scaled(600, scale) or 160)))
+        if m.steps:
+            parts.append("**Remediation**\n\n" + "\n".join(f"- {escape_lite(line)}" for line in step_texts(m, scale)))
         parts += markdown_actions(m, 300)
         return "\n\n".join(parts)
 

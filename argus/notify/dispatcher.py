@@ -17,12 +17,13 @@ Per channel ("lane"):
   it. So the first opening goes at once (it is no reopening), and the last state, a final resolve too, is always
   told, at the latest one interval later. The interval runs from the last successful delivery in the delivery log,
   so it holds across a restart; what waits in memory is sent by `close()`.
-- First message: a new incident's "opened" waits for its report and its plan (the steps that wait for approval),
-  which come a moment later from their own workers, and tells them in one message. It leaves as soon as all it
-  awaits is in (`awaits`: "report_ready", "planned"; the plan is known even when nothing waits, `notify_planned`),
-  at the latest after `first_message_wait_s` (Settings) (each recorded as delivered with it, "folded_into" the
-  opening). What comes later, or while an opening waits in a digest, is folded the same way while it can be;
-  after that it is told on its own. A group hears a fault twice: when it opens and when it is resolved.
+- First message: a new incident's "opened" waits for its report and its plan (remediation's steps, each with what it
+  would do or why it would not, and those that wait for approval), which come a moment later from their own
+  workers, and tells them in one message. It leaves as soon as all it awaits is in (`awaits`: "report_ready",
+  "planned"; the plan is known even when it has no step, `notify_planned`), at the latest after
+  `first_message_wait_s` (Settings) (each recorded as delivered with it, "folded_into" the opening). What comes
+  later, or while an opening waits in a digest, is folded the same way while it can be; after that it is told on
+  its own (a plan with no step is not told). A group hears a fault twice: when it opens and when it is resolved.
 - Failures: `argus.notify.delivery.deliver` retries 429/5xx/platform codes with backoff; a channel whose delivery
   failed is left alone for `cooldown_s` (its events fold into the digest) so a dead receiver costs the loop one
   retry sequence, not one per incident.
@@ -54,7 +55,7 @@ from loguru import logger
 from argus.notify.channels import Channel, Item
 from argus.notify.delivery import Outcome, deliver
 from argus.notify.message import ApprovalLink, Message, build_message, digest_of
-from core.types import Incident, Report, utcnow
+from core.types import Action, Incident, Report, utcnow
 
 
 class DeliveryLog(Protocol):
@@ -217,9 +218,14 @@ class Dispatcher:
         return self._guarded(incident, event, lambda: self._offer_all(incident, event, report=None, approvals=(),
                                                                       awaits=awaits))
 
-    def notify_planned(self, incident: Incident) -> bool:
+    def notify_planned(self, incident: Incident, actions: Sequence[Action] = ()) -> bool:
         """Remediation has planned the incident's steps (those waiting for a person came before, as
-        notify_approval): an opening that waited for the plan may leave once nothing else is awaited."""
+        notify_approval): an opening that waited for the plan tells them, one line each, and may leave once
+        nothing else is awaited; one that has left already is followed by the plan on its own."""
+        if actions:
+            return self._guarded(incident, "planned", lambda: self._offer_all(
+                incident, "planned", report=None, approvals=(), actions=tuple(actions)))
+
         def work() -> bool:
             now = self._clock().timestamp()
             for lane in self._lanes:
@@ -291,10 +297,11 @@ class Dispatcher:
 
     def _offer_all(
         self, incident: Incident, event: str, *, report: Report | None, approvals: tuple[ApprovalLink, ...],
-        awaits: frozenset[str] = frozenset(),
+        awaits: frozenset[str] = frozenset(), actions: tuple[Action, ...] = (),
     ) -> bool:
-        message = build_message(incident, event, report=report, approvals=approvals, public_url=self.public_url)
-        detail = _detail(incident, event, report, approvals)
+        message = build_message(incident, event, report=report, approvals=approvals, public_url=self.public_url,
+                                actions=actions)
+        detail = _detail(incident, event, report, approvals, actions)
         now = self._clock().timestamp()
         lanes = self._lanes
         if event == "resolved" and incident.attrs.get("merged_into"):
@@ -325,7 +332,7 @@ class Dispatcher:
         if lane.queued(key) or self._sent(key):
             return True
         offered = _Pending(key, message)
-        if message.event in ("report_ready", "approval_needed"):
+        if message.event in ("report_ready", "approval_needed", "planned"):
             opening = lane.opening_of(message.incident_id)
             if opening is not None:  # the opening has not left yet: it tells this too
                 opening.message = opening.message.telling(message)
@@ -475,7 +482,8 @@ def _flapping(message: Message) -> bool:
     return message.reopened > 0 and message.event in ("updated", "resolved")
 
 
-def _detail(incident: Incident, event: str, report: Report | None, approvals: tuple[ApprovalLink, ...]) -> str:
+def _detail(incident: Incident, event: str, report: Report | None, approvals: tuple[ApprovalLink, ...],
+            actions: tuple[Action, ...] = ()) -> str:
     """What makes two events of one kind different notifications."""
     if event == "updated":  # each reopening is news of its own, with the same state and severity as the last
         again = f"/reopened-{incident.reopened}" if incident.reopened else ""
@@ -486,4 +494,6 @@ def _detail(incident: Incident, event: str, report: Report | None, approvals: tu
         return report.id if report is not None else ""
     if event == "approval_needed":
         return ",".join(sorted(a.action_id for a in approvals))
+    if event == "planned":
+        return ",".join(sorted(a.id for a in actions))
     return ""

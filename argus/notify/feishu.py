@@ -24,7 +24,17 @@ import hmac
 from datetime import datetime
 from typing import Any
 
-from argus.notify.channels import MAX_APPROVALS, Channel, Item, Judgement, Request, encode, escape_lite, scaled
+from argus.notify.channels import (
+    MAX_APPROVALS,
+    Channel,
+    Item,
+    Judgement,
+    Request,
+    encode,
+    escape_lite,
+    scaled,
+    step_texts,
+)
 from argus.notify.message import Digest, Message, cut
 from core.types import Severity
 
@@ -74,6 +84,8 @@ class FeishuChannel(Channel):
             elements += [_markdown("**Root cause**"), _text(cut(m.report_summary, scaled(1000, scale)))]
         if m.resolution:
             elements += [_markdown("**Resolved**"), _text(cut(m.resolution, scaled(600, scale) or 160))]
+        if m.steps:
+            elements += [_markdown("**Remediation**"), _text("\n".join(step_texts(m, scale)))]
         for a in m.approvals[:MAX_APPROVALS]:
             elements.append(_text(cut(f"Proposed: {a.kind} on {a.target} ({a.action_id})", 300)))
             elements += [_button("Approve", a.approve_url, "primary"), _button("Reject", a.reject_url, "danger")]

@@ -9,6 +9,11 @@ special in its own markup (`argus.notify.channels.escape_*`) and cuts to its pla
 
 Trusted: the event, category, severity and state (closed enums), the incident id (made by the store), and links
 built from the configured public URL.
+
+Remediation's steps (`steps`, from the PLANNED event's actions, core.steps) are one short line each: the step, its
+status (trusted words) and what it did or would do, or why not ("resubmit_job (dry run): job X cannot be
+resubmitted safely: ..."); the text is untrusted (job ids, paths, Ray's answers) and cut to `STEP_TEXT_MAX`, at most
+`STEPS_MAX` steps listed and the rest counted.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from urllib.parse import quote
 
 from core import signal_keys as keys
 from core.names import Named, clean, job_label, job_of, label_of, node_of
+from core.steps import said
 from core.types import Action, Incident, IncidentState, Report, Severity
 
-EVENTS = ("opened", "updated", "resolved", "report_ready", "approval_needed")
+EVENTS = ("opened", "updated", "resolved", "report_ready", "approval_needed", "planned")
 
 EVENT_LABELS = {
     "opened": "Incident opened",
@@ -31,6 +37,7 @@ EVENT_LABELS = {
     "resolved": "Incident resolved",
     "report_ready": "Root-cause report ready",
     "approval_needed": "Approval needed",
+    "planned": "Remediation planned",
 }
 REOPENED_LABEL = "Incident reopened"
 
@@ -40,6 +47,8 @@ SUMMARY_MAX = 2000
 FIELD_MAX = 200
 REPORT_SUMMARY_MAX = 1000
 DIGEST_LISTED_MAX = 10  # items a digest lists; the rest are counted ("N more incidents")
+STEPS_MAX = 6  # remediation steps a message lists; the rest are counted
+STEP_TEXT_MAX = 300  # characters of what one step did or would do
 
 # Work on at most this much of a hostile input: a 1 MB summary must not cost 1 MB of regex work per channel.
 _INPUT_MAX = 8 * SUMMARY_MAX
@@ -88,6 +97,20 @@ class ApprovalLink:
 
 
 @dataclass(frozen=True)
+class StepLine:
+    """One remediation step as a message tells it: `kind` and `status` trusted, `text` cleaned (untrusted)."""
+
+    action_id: str
+    kind: str
+    status: str
+    text: str
+
+    def line(self, limit: int = STEP_TEXT_MAX) -> str:
+        """"resubmit_job (dry run): would resubmit ...", its text cut to `limit` characters."""
+        return f"{self.kind} ({self.status})" + (f": {cut(self.text, limit)}" if self.text and limit > 0 else "")
+
+
+@dataclass(frozen=True)
 class Message:
     event: str
     incident_id: str
@@ -104,6 +127,8 @@ class Message:
     report_summary: str | None = None
     resolution: str | None = None  # a resolved incident's who and why ("by argus:stall: progress resumed")
     approvals: tuple[ApprovalLink, ...] = ()
+    steps: tuple[StepLine, ...] = ()  # remediation's steps for the incident, at most STEPS_MAX
+    steps_more: int = 0  # steps not listed
     occurrences: int = 1
     reopened: int = 0  # times the fault came back after the incident was resolved
     folded: int = 0  # a flapping incident's changes held back since its last message and told by this one
@@ -127,9 +152,12 @@ class Message:
 
     def telling(self, later: Message) -> Message:
         """This first message about an incident also telling what `later` (its report being ready, the steps that
-        wait for approval) came to say: one message in the group instead of three."""
+        wait for approval, remediation's plan) came to say: one message in the group instead of four."""
+        newer_steps = bool(later.steps)
         return replace(self, report_summary=later.report_summary or self.report_summary,
-                       approvals=self.approvals + later.approvals)
+                       approvals=self.approvals + later.approvals,
+                       steps=later.steps if newer_steps else self.steps,
+                       steps_more=later.steps_more if newer_steps else self.steps_more)
 
     def folding(self, count: int) -> Message:
         """This message telling `count` changes of a flapping incident held back since the last message."""
@@ -178,7 +206,9 @@ def build_message(
     report: Report | None = None,
     approvals: Sequence[ApprovalLink] | None = None,
     public_url: str | None = None,
+    actions: Sequence[Action] = (),
 ) -> Message:
+    """`actions`: remediation's steps for the incident, told one line each (`step_lines`)."""
     if event not in EVENTS:
         raise ValueError(f"unknown notification event {event!r}; one of {', '.join(EVENTS)}")
     impact = dict((report.data or {}).get("impact") or {}) if report is not None else {}
@@ -213,6 +243,8 @@ def build_message(
         report_summary=untrusted(report.summary, REPORT_SUMMARY_MAX) if report is not None else None,
         resolution=untrusted(incident.resolution, REPORT_SUMMARY_MAX) or None,
         approvals=tuple(_safe_approval(a) for a in approvals or () if _http(a.approve_url) and _http(a.reject_url)),
+        steps=step_lines(actions),
+        steps_more=max(0, len(actions) - STEPS_MAX),
         occurrences=incident.occurrences,
         reopened=incident.reopened,
         incident=incident,
@@ -237,6 +269,16 @@ def approval_links_for(actions: Sequence[Action], signer: LinkSigner) -> list[Ap
     return [ApprovalLink(action_id=a.id, kind=a.kind, target=a.target.name or a.target.id,
                          approve_url=signer.link(a.id, "approve"), reject_url=signer.link(a.id, "reject"))
             for a in actions]
+
+
+def step_lines(actions: Sequence[Action]) -> tuple[StepLine, ...]:
+    """The first STEPS_MAX steps as message lines: what each did once it is final, else its preview (core.steps)."""
+    lines = []
+    for action in list(actions)[:STEPS_MAX]:
+        step = said(action)
+        lines.append(StepLine(action_id=untrusted(step.action_id, 64), kind=untrusted(step.kind, 64),
+                              status=untrusted(step.status, 64), text=untrusted(step.text, STEP_TEXT_MAX)))
+    return tuple(lines)
 
 
 def _http(url: str) -> bool:

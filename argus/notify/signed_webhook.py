@@ -50,6 +50,10 @@ class SignedWebhookChannel(Channel):
             body["report_summary"] = m.report_summary
         if m.resolution:
             body["resolution"] = m.resolution
+        if m.steps:
+            body["steps"] = [{"action_id": s.action_id, "kind": s.kind, "status": s.status, "text": s.text}
+                             for s in m.steps]
+            body["steps_more"] = m.steps_more
         if m.approvals:
             body["approvals"] = [{"action_id": a.action_id, "kind": a.kind, "target": a.target,
                                   "approve": a.approve_url, "reject": a.reject_url} for a in m.approvals]

@@ -17,7 +17,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from argus.notify.channels import MAX_APPROVALS, Channel, Item, Judgement, escape_lite, escape_slack, scaled
+from argus.notify.channels import (
+    MAX_APPROVALS,
+    Channel,
+    Item,
+    Judgement,
+    escape_lite,
+    escape_slack,
+    scaled,
+    step_texts,
+)
 from argus.notify.message import Digest, Message, cut
 
 
@@ -83,6 +92,10 @@ class SlackChannel(Channel):
             blocks.append(_section("*Root cause*\n" + mrkdwn(m.report_summary, scaled(2900, scale))))
         if m.resolution:
             blocks.append(_section("*Resolved* " + mrkdwn(m.resolution, scaled(1500, scale) or 160)))
+        if m.steps:
+            lines = step_texts(m, scale)
+            per_line = 2900 // len(lines) - 4  # the section's 3000, less its heading and the bullets
+            blocks.append(_section("*Remediation*\n" + "\n".join(f"• {mrkdwn(line, per_line)}" for line in lines)))
         for i, a in enumerate(m.approvals[:MAX_APPROVALS]):
             blocks.append(_section("*Proposed*: " + mrkdwn(f"{a.kind} on {a.target} ({a.action_id})", 2900)))
             blocks += _actions(_button("Approve", a.approve_url, f"approve-{i}", "primary"),

@@ -13,7 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from argus.notify.channels import Channel, Item, Judgement, Request, escape_lite, markdown_actions, scaled
+from argus.notify.channels import (
+    Channel,
+    Item,
+    Judgement,
+    Request,
+    escape_lite,
+    markdown_actions,
+    scaled,
+    step_texts,
+)
 from argus.notify.message import Digest, Message, cut
 from core.types import Severity
 
@@ -50,6 +59,9 @@ class WeComChannel(Channel):
             lines.append("**Root cause**: " + escape_lite(cut(m.report_summary, scaled(800, scale))))
         if m.resolution:
             lines.append("**Resolved** " + escape_lite(cut(m.resolution, scaled(500, scale) or 160)))
+        if m.steps:
+            lines.append("**Remediation**")
+            lines += [f"- {escape_lite(line)}" for line in step_texts(m, scale)]
         lines += markdown_actions(m, 200)
         return "\n".join(lines)
 

@@ -327,15 +327,23 @@ def test_notification_outcomes_are_counted_per_configured_channel(tmp_path):
 
 def test_remediation_steps_are_counted_when_they_reach_a_final_state(tmp_path):
     """The runner wiring builds, in approval mode over a Ray address nobody listens on: one step rejected, the
-    others approved and run to whatever end they reach; the counts match the store's record exactly."""
+    others approved and run to whatever end they reach; the counts match the store's record exactly, and each
+    step's end asks for the incident's report to be refreshed."""
     metrics = ArgusMetrics()
+    refreshed: list[str] = []
+
+    class Reports:
+        def refresh(self, incident_id: str) -> None:
+            refreshed.append(incident_id)
+
     (tmp_path / "shared" / "jobs").mkdir(parents=True)
     dead = f"http://127.0.0.1:{free_port()}"
     settings = load_settings(data_dir=tmp_path, shared_root=tmp_path / "shared", remediation_mode="approval",
                              ray_dashboard_url=dead, request_timeout_s=2)
     store = Store(settings.effective_database_url)
     try:
-        remediator = build_remediator(settings, store, build_control(settings, store), metrics=metrics)
+        remediator = build_remediator(settings, store, build_control(settings, store), metrics=metrics,
+                                      reports=Reports())  # type: ignore[arg-type]
         declared = samples_of(_families(metrics), "argus_actions", "argus_actions_total")
         assert set(declared) == {(k, o) for k in STEPS for o in ACTION_OUTCOMES} and set(declared.values()) == {0}
         incident, _ = store.record_finding(Finding(
@@ -356,6 +364,7 @@ def test_remediation_steps_are_counted_when_they_reach_a_final_state(tmp_path):
                      "resubmit_job": ActionState.SKIPPED}
     counted = {k: v for k, v in samples_of(_families(metrics), "argus_actions", "argus_actions_total").items() if v}
     assert counted == {(kind, state.value): 1 for kind, state in final.items()}
+    assert refreshed == [incident.id] * 3
     assert set(ACTION_OUTCOMES) == {s.value for s in FINAL_STATES}
 
 

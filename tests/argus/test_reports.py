@@ -14,7 +14,7 @@ from argus.notify.webhook import incident_payload
 from argus.reports import ReportService
 from argus.store.store import Store
 from core.settings import load_settings
-from core.types import Category, Evidence, Finding, Severity, Subject, SubjectKind
+from core.types import Action, ActionState, Category, Evidence, Finding, Severity, Subject, SubjectKind
 from detectors.engine import load_rules
 from rca.engine import RcaEngine
 from rca.redact import Redactor
@@ -162,12 +162,96 @@ def test_a_slow_llm_pass_does_not_hold_up_the_next_incidents_first_report(store:
         # the LLM pass of the first incident is still stuck in the server while the second's report is written
         wait_until("the second incident's deterministic report", lambda: store.reports_for(second.id), timeout=20)
         assert not release.is_set() and len(store.reports_for(first)) == 1 and not reports.idle()
+        # a step of the first incident ends while its LLM pass is under way: the refresh comes at once, and the
+        # LLM pass, which read the steps a minute ago, still tells the step as it ended
+        skip(store, planned_step(store, first))
+        reports.refresh(first)
+        wait_until("the refreshed report", lambda: len(store.reports_for(first)) == 2, timeout=20)
+        assert "cannot be resubmitted safely" in store.reports_for(first)[-1].markdown and not release.is_set()
         release.set()
         wait_until("both LLM passes to end", reports.idle, timeout=60)
-        assert [r.generator for r in store.reports_for(first)] == ["deterministic", "deterministic"]
-        assert store.reports_for(first)[-1].data["llm"]["ok"] is False  # the failed pass says so
+        assert [r.generator for r in store.reports_for(first)] == ["deterministic"] * 3
+        latest = store.reports_for(first)[-1]
+        assert latest.data["llm"]["ok"] is False  # the failed pass says so, and is the latest
+        assert latest.data["actions"][0]["message"] == CANNOT and "cannot be resubmitted safely" in latest.markdown
     finally:
         release.set()
         reports.stop(timeout_s=10)
         server.shutdown()
         server.server_close()
+
+
+CANNOT = (f"job {SID} cannot be resubmitted safely: Ray no longer keeps its record (entrypoint, runtime_env), and "
+          "Argus did not submit it")
+
+
+def planned_step(store: Store, incident_id: str) -> Action:
+    return store.add_action(Action(
+        id="", incident_id=incident_id, kind="resubmit_job", target=Subject(kind=SubjectKind.JOB, id=SID),
+        state=ActionState.PLANNED, idempotency_key=f"{incident_id}:policy:0:resubmit_job", requested_by="policy",
+        reason="policy rule job-failed", dry_run=False,
+        result={"step": 0, "preview": f"would resubmit {SID} as {SID}-r1 from checkpoint global_step_40 (step 40)"}))
+
+
+def skip(store: Store, action: Action) -> Action:
+    return store.transition_action(action.id, (action.state,), ActionState.SKIPPED,
+                                   {**action.result, "message": CANNOT})
+
+
+def test_the_report_follows_the_steps_as_they_end_without_another_pass(store: Store, shared: Path) -> None:
+    incident_id = open_incident(store)
+    reports = service(store, shared)
+    [first] = reports.write(incident_id, llm=False)
+    assert "Nothing yet" in first.markdown and reports.refresh_now(incident_id) is None  # nothing new to tell
+
+    action = planned_step(store, incident_id)
+    previewed = reports.refresh_now(incident_id)
+    assert previewed is not None and previewed.id != first.id
+    assert "waits for approval (policy rule job-failed). Preview: would resubmit" in previewed.markdown
+    assert "from checkpoint global\\_step\\_40 (step 40)" in previewed.markdown
+
+    skip(store, action)
+    ended = reports.refresh_now(incident_id)
+    assert ended is not None and f"skipped (policy rule job-failed). Outcome: job {SID} cannot be resubmitted " \
+                                 "safely: Ray no longer keeps its record" in ended.markdown.replace("\\_", "_")
+    assert ended.data["actions"][0]["message"] == CANNOT and ended.data["category"] == first.data["category"]
+    assert ended.markdown.split("## What Argus did")[0] == first.markdown.split("## What Argus did")[0]
+    assert reports.refresh_now(incident_id) is None  # told already
+    assert [r.id for r in store.reports_for(incident_id)] == [first.id, previewed.id, ended.id]
+    written = shared / "jobs" / SID / "rca" / f"{incident_id}.md"
+    assert written.read_text() == ended.markdown  # the file next to the job is the latest too
+    assert refresh_of_nothing(reports) is None
+
+
+def refresh_of_nothing(reports: ReportService):  # type: ignore[no-untyped-def]
+    """An incident without a report yet: its report pass to come reads the steps itself."""
+    finding = Finding(category=Category.UNKNOWN, reason="JobFailed", subject=Subject(kind=SubjectKind.JOB, id="x-1"),
+                      summary="job x-1 failed", severity=Severity.CRITICAL,
+                      evidence=(Evidence(source="ray.jobs", text="status=FAILED"),),
+                      first_seen=datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc))
+    incident, _ = reports.store.record_finding(finding)
+    return reports.refresh_now(incident.id)
+
+
+def test_planning_and_each_step_ending_refresh_the_report_on_the_worker(store: Store, shared: Path) -> None:
+    from argus.incidents.events import IncidentEvent
+    from argus.incidents.subscribers import ReportSubscriber
+
+    reports = service(store, shared)
+    subscriber = ReportSubscriber(reports)
+    reports.start()
+    try:
+        incident = store.get_incident(open_incident(store))
+        subscriber.receive(IncidentEvent.opened(incident))
+        action = planned_step(store, incident.id)
+        subscriber.receive(IncidentEvent.planned(incident, [action]))  # queued after the first report's pass
+        wait_until("the report with the plan", lambda: reports.idle() and "Preview: would resubmit" in (
+            store.reports_for(incident.id) or [None])[-1].markdown, timeout=30)
+        skip(store, action)
+        reports.refresh(incident.id)  # what wiring's on_step_final does
+        wait_until("the report with the outcome", lambda: reports.idle() and "cannot be resubmitted safely" in
+                   store.reports_for(incident.id)[-1].markdown, timeout=30)
+        # the first pass may already have read the plan (then the PLANNED refresh had nothing new): 2 or 3 reports
+        assert store.reports_for(incident.id)[-1].data["actions"][0]["message"] == CANNOT
+    finally:
+        reports.stop()

@@ -16,7 +16,7 @@ from argus.notify.dispatcher import Dispatcher
 from argus.notify.registry import build_channels
 from argus.store.store import Store
 from core.channels import ChannelConfig
-from core.types import Category, Finding, Incident, Severity, Subject, SubjectKind
+from core.types import Action, ActionState, Category, Finding, Incident, Severity, Subject, SubjectKind
 from tests.notify.platforms import Platform
 from tests.store.conftest import db_url, pg_admin  # noqa: F401 - the store tests' SQLite/PostgreSQL fixtures
 from tests.support import Clock
@@ -119,3 +119,25 @@ def send(platform: Platform, item, clock: Clock, sleeps: Sleeps, client: httpx.C
     outcome = deliver(build_channels([config])[0], item, client=client, clock=clock, sleep=sleeps)
     assert outcome.ok, (outcome, platform.problems)
     return platform.receiver.received[-1]["body"]
+
+
+# What remediation says about a job it cannot bring back (remediation/actions.py `_source_of`), word for word.
+CANNOT_RESUBMIT = ("job raysubmit_AbCdEf123456 cannot be resubmitted safely: its runtime_env package "
+                   "gcs://_ray_pkg_0123456789abcdef.zip is gone from the GCS (Ray drops a package once no job uses "
+                   "it); submit it again with `ray job submit --working-dir`")
+FROM_CHECKPOINT = ("would resubmit grpo-7 as grpo-7-r1 from checkpoint global_step_40 (step 40), given as verl "
+                   "overrides trainer.resume_mode=resume_path trainer.resume_from_path=/ckpt/global_step_40")
+
+
+def step(kind: str, *, state: ActionState = ActionState.PLANNED, message: str | None = None,
+         preview: str | None = None, dry_run: bool = True, n: int = 0) -> Action:
+    """A remediation step as the PLANNED event carries it: its preview, or its outcome's message once final."""
+    result: dict = {"step": n}
+    if preview is not None:
+        result["preview"] = preview
+    if message is not None:
+        result["message"] = message
+    return Action(id=f"act-{n:012d}", incident_id="inc-000000000001", kind=kind,
+                  target=Subject(kind=SubjectKind.JOB, id="grpo-7"), state=state,
+                  idempotency_key=f"inc-000000000001:policy:{n}:{kind}", requested_by="policy", dry_run=dry_run,
+                  result=result)

@@ -142,7 +142,7 @@ SLACK_BLOCK = Variant("type", {
 SLACK = {"text": Leaf(min_len=1, max_len=40_000), "blocks": ListOf(SLACK_BLOCK, min_items=1, max_items=50)}
 
 WEBHOOK_ONE = {
-    "event": Leaf(pattern=r"^incident\.(opened|updated|resolved|report_ready|approval_needed)$"),
+    "event": Leaf(pattern=r"^incident\.(opened|updated|resolved|report_ready|approval_needed|planned)$"),
     "incident": {"id": Leaf(min_len=1), "*": None},
     # what the incident is about as people name it (core.names); absent only when the incident is not known
     "?about": {"label": Leaf(min_len=1), "job": Leaf((str, type(None))), "node": Leaf((str, type(None))),
@@ -152,6 +152,10 @@ WEBHOOK_ONE = {
     "?report_summary": Leaf(),
     "?resolution": Leaf(),
     "?approvals": ListOf({"action_id": Leaf(), "kind": Leaf(), "target": Leaf(), "approve": URL, "reject": URL}),
+    # remediation's steps, what each did or would do (argus/notify/message.py STEPS_MAX, STEP_TEXT_MAX)
+    "?steps": ListOf({"action_id": Leaf(min_len=1), "kind": Leaf(min_len=1), "status": Leaf(min_len=1),
+                      "text": Leaf(max_len=300)}, max_items=6),
+    "?steps_more": Leaf(int),
     "?sent_at": Leaf(int),
 }
 WEBHOOK_DIGEST = {"event": Leaf(choices=S("incident.digest")), "items": ListOf(WEBHOOK_ONE, min_items=2),

@@ -14,9 +14,20 @@ from argus.notify.message import ApprovalLink, build_message, digest_of
 from argus.notify.registry import build_channels
 from argus.store.store import Store
 from core.channels import ChannelConfig
-from core.types import Report, Severity
-from tests.notify.conftest import KINDS, OOM, PUBLIC_URL, Clock, Sleeps, configs, open_incident
-from tests.notify.platforms import Platform, feishu_markdown, texts
+from core.types import ActionState, Report, Severity
+from tests.notify.conftest import (
+    CANNOT_RESUBMIT,
+    FROM_CHECKPOINT,
+    KINDS,
+    OOM,
+    PUBLIC_URL,
+    Clock,
+    Sleeps,
+    configs,
+    open_incident,
+    step,
+)
+from tests.notify.platforms import Platform, digest_text, feishu_markdown, texts
 
 # Attack strings (not logs): every way a log line or an LLM could try to ping a whole group, plant a link or
 # break the markup, around a real log line.
@@ -39,6 +50,13 @@ def _approval() -> ApprovalLink:
                         f"{PUBLIC_URL}/ui/actions/act-0123456789ab?decision=reject")
 
 
+def _plan():  # type: ignore[no-untyped-def]
+    """A plan whose resubmit would bring one job back from its checkpoint and cannot bring another back."""
+    return [step("keep_scene", preview="would keep the scene in /mnt/shared/jobs/grpo-7/scene/inc-1", n=0),
+            step("resubmit_job", preview=FROM_CHECKPOINT, n=1),
+            step("resubmit_job", state=ActionState.SKIPPED, message=CANNOT_RESUBMIT, dry_run=False, n=2)]
+
+
 def _send(platform: Platform, item, clock: Clock, sleeps: Sleeps, client: httpx.Client, secret: str | None = "same"):
     config = ChannelConfig(kind=platform.kind, url=platform.url,
                            **({"secret": platform.secret if secret == "same" else secret} if platform.secret else {}))
@@ -58,6 +76,7 @@ def test_every_event_is_accepted_in_the_documented_format(kind, platforms, store
     items = [build_message(incident, event, report=report, approvals=[_approval()] if event == "approval_needed"
                            else None, public_url=PUBLIC_URL)
              for event in ("opened", "updated", "report_ready", "approval_needed", "resolved")]
+    items.append(build_message(incident, "planned", actions=_plan(), public_url=PUBLIC_URL))
     items.append(digest_of(items * 3, PUBLIC_URL))
     for item in items:
         outcome = _send(platform, item, clock, sleeps, client)
@@ -69,7 +88,7 @@ def test_every_event_is_accepted_in_the_documented_format(kind, platforms, store
     assert f"{PUBLIC_URL}/v1/incidents/{incident.id}/report?format=markdown" in sent or kind == "webhook"
     assert "decision=approve" in sent and "decision=reject" in sent
     if kind != "webhook":
-        assert re.search(r"(?<!\d)5\W{0,3} more incidents", sent)  # 15 items, 10 listed
+        assert re.search(r"(?<!\d)8\W{0,3} more incidents", sent)  # 18 items, 10 listed
         assert "CUDA out of memory" in json.dumps(platform.bodies()[-1], ensure_ascii=False)  # listed with its text
 
 
@@ -79,7 +98,10 @@ def test_hostile_text_cannot_mention_link_or_overflow(kind, platforms, store: St
     hostile = open_incident(store, 1, summary=HOSTILE + ONE_MB,
                             attrs={"submission_id": "raysubmit_<!channel>", "owner": "@all <at id=all></at>",
                                    "node_ip": "[x](https://evil.example)"})
-    item = build_message(hostile, "opened", public_url=PUBLIC_URL)
+    # a step's own words quote Ray and the job's metadata: 10 kB of the same attack, on every step
+    steps = [step("resubmit_job", state=ActionState.SKIPPED, message=HOSTILE + "B" * 10_000, dry_run=False, n=n)
+             for n in range(8)]
+    item = build_message(hostile, "opened", public_url=PUBLIC_URL, actions=steps)
     outcome = _send(platform, item, clock, sleeps, client)
     assert outcome.ok, (outcome, platform.problems)
     assert platform.problems == []
@@ -89,6 +111,9 @@ def test_hostile_text_cannot_mention_link_or_overflow(kind, platforms, store: St
     if kind == "webhook":
         # The ops agent gets the incident as stored (JSON-escaped, for a program), only its summary cut.
         assert len(body["incident"]["summary"]) <= 16_000
+        assert len(body["steps"]) == 6 and body["steps_more"] == 2
+        for told in body["steps"]:
+            assert len(told["text"]) <= 300 and "@all" not in told["text"] and "https://" not in told["text"]
         return
     rendered = [t for t in texts(body) if not t.startswith(("http://", "https://"))]
     joined = "\n".join(rendered)
@@ -97,6 +122,7 @@ def test_hostile_text_cannot_mention_link_or_overflow(kind, platforms, store: St
     # ...and with our own Markdown links taken out, nothing else can become one.
     joined = re.sub(r"\[[A-Za-z ]+\]\(" + re.escape(PUBLIC_URL) + r"[^)\s]*\)", "", joined)
     assert "torch.cuda.OutOfMemoryError: CUDA out of memory" in joined  # the log line itself still shows
+    assert "resubmit_job (skipped)" in joined and "2 more steps" in joined  # the steps are told, cut
     # Slack's mrkdwn has no [text](url) links (its links are <url|text>, caught by "<https").
     links = [m for m in LINKS if not (kind == "slack" and m == "](https")]
     for marker in MENTIONS + links:
@@ -149,7 +175,8 @@ def test_generic_webhook_is_signed_over_the_raw_body(platforms, store, clock, sl
 def test_wecom_content_stays_within_4096_bytes_of_chinese_text(platforms, store, clock, sleeps, client):
     platform = platforms["wecom"]
     chinese = "显存不足：训练进程在第 1200 步被终止，" * 400  # 3 bytes a character in UTF-8
-    items = [build_message(open_incident(store, n, summary=chinese), "opened", public_url=PUBLIC_URL)
+    steps = [step("resubmit_job", state=ActionState.SKIPPED, message=chinese, n=n) for n in range(6)]
+    items = [build_message(open_incident(store, n, summary=chinese), "opened", public_url=PUBLIC_URL, actions=steps)
              for n in range(12)]
     for item in (items[0], digest_of(items, PUBLIC_URL)):
         assert _send(platform, item, clock, sleeps, client).ok
@@ -201,3 +228,27 @@ def test_slack_text_is_cut_after_escaping_without_splitting_an_entity():
     assert mrkdwn("a<b" * 100, 20) == "a&lt;ba&lt;ba&lt;ba…"
     assert len(mrkdwn("<" * 1000, 3000)) == 2997 and mrkdwn("<" * 1000, 3000).endswith("&lt;…")
     assert mrkdwn("hello", 200) == "hello"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_why_a_job_cannot_be_resubmitted_and_where_another_resumes_reach_every_channel(kind, platforms, store, clock,
+                                                                                       sleeps, client):
+    platform = platforms[kind]
+    item = build_message(open_incident(store), "opened", public_url=PUBLIC_URL, actions=_plan())
+    assert _send(platform, item, clock, sleeps, client).ok and platform.problems == []
+    body = platform.bodies()[0]
+    if kind == "webhook":
+        told = {s["action_id"]: s for s in body["steps"]}
+        assert told["act-000000000001"]["status"] == "dry run"
+        assert told["act-000000000001"]["text"].startswith("would resubmit grpo-7 as grpo-7-r1 from checkpoint "
+                                                           "global_step_40 (step 40)")
+        assert told["act-000000000002"]["status"] == "skipped"
+        assert "cannot be resubmitted safely: its runtime_env package" in told["act-000000000002"]["text"]
+        return
+    text = digest_text(kind, body)
+    assert "Remediation" in text
+    assert "resubmit_job (dry run): would resubmit grpo-7 as grpo-7-r1 from checkpoint global_step_40 (step 40)" \
+        in text
+    assert ("resubmit_job (skipped): job raysubmit_AbCdEf123456 cannot be resubmitted safely: its runtime_env "
+            "package gcs:") in text
+    assert "is gone from the GCS" in text

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from argus.notify.message import ApprovalLink
 from argus.store.store import Store
-from core.types import Incident, IncidentState, Report
-from tests.notify.conftest import KINDS, PUBLIC_URL, configs, open_incident
+from core.types import ActionState, Incident, IncidentState, Report
+from tests.notify.conftest import CANNOT_RESUBMIT, KINDS, PUBLIC_URL, configs, open_incident, step
 from tests.notify.platforms import digest_text
 
 WAIT_S = 3.0
@@ -163,3 +163,33 @@ def test_an_incident_merged_before_its_opening_left_is_not_told_at_all(platforms
     assert dispatcher.notify(store.get_incident(later.id), "resolved") and counts(chosen) == {3}
     ended = chosen["webhook"].bodies()[-1]
     assert ended["event"] == "incident.resolved" and f"merged into {job.id}" in str(ended)
+
+
+def test_the_plan_is_told_in_the_opening_and_a_late_plan_on_its_own_once(platforms, store, make_dispatcher, clock):
+    """The PLANNED event's steps, each with what it did or would do, or why not, are one line each in the opening;
+    a plan that comes after the opening left is told on its own, once; an empty plan is not told."""
+    chosen = {k: platforms[k] for k in ("slack", "webhook")}
+    dispatcher = make_dispatcher(configs(chosen), first_message_wait_s=WAIT_S, group_window_s=0)
+    plan = [step("keep_scene", preview="would keep the scene in /mnt/shared/jobs/grpo-7/scene/inc-1", n=0),
+            step("resubmit_job", state=ActionState.SKIPPED, message=CANNOT_RESUBMIT, dry_run=False, n=1)]
+    incident = open_incident(store)
+    assert dispatcher.notify(incident, "opened", awaits=frozenset({"planned"})) and counts(chosen) == {0}
+    assert dispatcher.notify_planned(incident, plan) and counts(chosen) == {1}  # all it awaited is in
+    opening = chosen["webhook"].bodies()[0]
+    assert opening["event"] == "incident.opened" and [s["kind"] for s in opening["steps"]] == ["keep_scene",
+                                                                                              "resubmit_job"]
+    assert "cannot be resubmitted safely" in opening["steps"][1]["text"]
+    assert "resubmit_job (skipped): job raysubmit_AbCdEf123456 cannot be resubmitted safely" in digest_text(
+        "slack", chosen["slack"].bodies()[0])
+    assert dispatcher.notify_planned(incident, plan) and counts(chosen) == {1}  # told: not again
+
+    late = open_incident(store, 1)
+    assert dispatcher.notify(late, "opened")
+    clock.tick(WAIT_S + 0.1)
+    assert dispatcher.flush() and counts(chosen) == {2}
+    assert dispatcher.notify_planned(late, plan) and counts(chosen) == {3}
+    told = chosen["webhook"].bodies()[-1]
+    assert told["event"] == "incident.planned" and "cannot be resubmitted safely" in told["steps"][1]["text"]
+    assert "Remediation planned" in digest_text("slack", chosen["slack"].bodies()[-1])
+    assert dispatcher.notify_planned(late, plan) and counts(chosen) == {3}
+    assert dispatcher.notify_planned(open_incident(store, 2), []) and counts(chosen) == {3}  # nothing to tell

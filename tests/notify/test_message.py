@@ -6,6 +6,8 @@ import pytest
 
 from argus.notify.message import (
     DIGEST_LISTED_MAX,
+    STEP_TEXT_MAX,
+    STEPS_MAX,
     SUMMARY_MAX,
     ApprovalLink,
     approval_links_for,
@@ -13,8 +15,8 @@ from argus.notify.message import (
     digest_of,
     untrusted,
 )
-from core.types import Report, Severity
-from tests.notify.conftest import OOM, PUBLIC_URL, open_incident
+from core.types import ActionState, Report, Severity
+from tests.notify.conftest import CANNOT_RESUBMIT, FROM_CHECKPOINT, OOM, PUBLIC_URL, open_incident, step
 
 
 @pytest.mark.parametrize(("raw", "shown"), [
@@ -99,3 +101,36 @@ def test_approval_links_come_from_the_signed_link_service(store):
     assert signer.check(action.id, "approve", 1_003_600, link.approve_url.rsplit("sig=", 1)[1]) is None
     message = build_message(incident, "approval_needed", approvals=[link], public_url=PUBLIC_URL)
     assert message.approvals == (link,)  # signed links pass the URL check untouched
+
+
+def test_steps_are_told_one_line_each_by_their_outcome_or_else_their_preview(store):
+    incident = open_incident(store)
+    actions = [
+        step("keep_scene", state=ActionState.SUCCEEDED, dry_run=False, message="scene kept in /s (9 files)",
+             preview="would keep the scene in /s", n=0),
+        step("resubmit_job", preview=FROM_CHECKPOINT, n=1),
+        step("resubmit_job", state=ActionState.SKIPPED, message=CANNOT_RESUBMIT, preview="would ...", n=2),
+        step("drain_node", dry_run=False, n=3),  # no preview came: the step and its status only
+    ]
+    message = build_message(incident, "planned", actions=actions)
+    assert message.label == "Remediation planned"
+    lines = [s.line() for s in message.steps]
+    assert lines[0] == "keep_scene (succeeded): scene kept in /s (9 files)"
+    assert lines[1] == "resubmit_job (dry run): " + FROM_CHECKPOINT
+    # the reason a job cannot come back, its package URL defanged like every URL in a message
+    assert lines[2] == "resubmit_job (dry run): " + untrusted(CANNOT_RESUBMIT, STEP_TEXT_MAX)
+    assert "cannot be resubmitted safely: its runtime_env package gcs:/\u200b/_ray_pkg_" in lines[2]
+    assert lines[3] == "drain_node (waits for approval)"
+    # the opening waiting for its plan tells it
+    opening = build_message(incident, "opened").telling(message)
+    assert opening.event == "opened" and opening.steps == message.steps
+
+
+def test_a_hostile_step_is_cleaned_cut_and_counted(store):
+    hostile = "@all <at id=all></at> [x](https://evil.example) \u202eevil\r\n# heading " + "A" * 10_000
+    actions = [step("resubmit_job", state=ActionState.SKIPPED, message=hostile, n=n) for n in range(STEPS_MAX + 3)]
+    message = build_message(open_incident(store), "planned", actions=actions)
+    assert len(message.steps) == STEPS_MAX and message.steps_more == 3
+    text = message.steps[0].text
+    assert len(text) == STEP_TEXT_MAX and text.endswith("…")
+    assert "@all" not in text and "https://" not in text and "\u202e" not in text and "\n" not in text

@@ -25,6 +25,7 @@ from rca.engine import RcaEngine
 from rca.evidence import LogSource
 from rca.llm import LlmAnalysis, LlmOutcome
 from rca.redact import Redactor
+from rca.report import STEP_TEXT_MAX, with_actions
 from rca.verdict import decide
 from tests.support import job, make_finding, make_incident
 
@@ -183,3 +184,72 @@ def test_a_failed_llm_gives_the_complete_deterministic_report() -> None:
 def test_the_same_input_gives_the_same_report() -> None:
     e = engine()
     assert e.report(incident(), [], [OOM_LOG]).markdown == e.report(incident(), [], [OOM_LOG]).markdown
+
+
+CANNOT = ("job raysubmit_AbCdEf123456 cannot be resubmitted safely: its runtime_env package "
+          "gcs://_ray_pkg_0123456789abcdef.zip is gone from the GCS (Ray drops a package once no job uses it)")
+RESUMED = ("resubmitted sft-7 as sft-7-r1 from checkpoint global_step_40 (step 40), given as ARGUS_RESUME_FROM "
+           "(the trainer reads it)")
+
+
+def step(kind: str, state: ActionState, n: int, *, dry_run: bool = False, **result: Any) -> Action:
+    return Action(id=f"act-{n}", incident_id="inc-0000000000ab", kind=kind, state=state, dry_run=dry_run,
+                  target=Subject(kind=SubjectKind.JOB, id="sft-7"), idempotency_key=f"k{n}", requested_by="policy",
+                  reason="policy rule lost-node", result={"step": n, **result})
+
+
+def test_what_argus_did_tells_each_steps_outcome_or_preview_and_where_a_job_resumed() -> None:
+    actions = [
+        step("resubmit_job", ActionState.SUCCEEDED, 0, message=RESUMED, preview="would resubmit ...",
+             jobs=[{"job": "sft-7", "state": "submitted", "new": "sft-7-r1", "resumes": True, "step": 40,
+                    "checkpoint": "/mnt/shared/jobs/sft-7/checkpoints/global_step_40", "how": "env"}]),
+        step("resubmit_job", ActionState.SKIPPED, 1, message=CANNOT,
+             jobs=[{"job": "raysubmit_AbCdEf123456", "state": "skipped", "message": CANNOT}]),
+        step("drain_node", ActionState.PLANNED, 2, preview="would drain node 10.0.0.7"),
+        step("stop_job", ActionState.PLANNED, 3, dry_run=True),  # no preview came
+    ]
+    report = engine().report(incident(), [finding("JobFailed", Category.UNKNOWN, "job failed")], [OOM_LOG],
+                             actions=actions)
+    section = report.markdown.split("## What Argus did")[1].split("## About this report")[0]
+    lines = [x for x in section.splitlines() if x.startswith("- ")]
+    assert lines[0] == ("- `resubmit_job` on job `sft-7`: succeeded (policy rule lost-node). Outcome: resubmitted "
+                        "sft-7 as sft-7-r1 from checkpoint global\\_step\\_40 (step 40), given as "
+                        "ARGUS\\_RESUME\\_FROM (the trainer reads it)")
+    assert lines[1].startswith("- `resubmit_job` on job `sft-7`: skipped (policy rule lost-node). Outcome: job "
+                               "raysubmit\\_AbCdEf123456 cannot be resubmitted safely: its runtime\\_env package")
+    assert lines[2] == ("- `drain_node` on job `sft-7`: waits for approval (policy rule lost-node). Preview: would "
+                        "drain node 10.0.0.7")
+    assert lines[3] == "- `stop_job` on job `sft-7`: dry run (policy rule lost-node)"
+    data = {a["id"]: a for a in report.data["actions"]}
+    assert data["act-0"]["message"] == RESUMED and data["act-0"]["jobs"][0]["step"] == 40
+    assert data["act-0"]["jobs"][0]["checkpoint"].endswith("global_step_40") and data["act-0"]["jobs"][0]["resumes"]
+    assert data["act-1"]["message"] == CANNOT and data["act-1"]["state"] == "skipped"
+    assert data["act-2"]["message"] is None and data["act-2"]["preview"] == "would drain node 10.0.0.7"
+
+
+def test_a_hostile_step_message_stays_text_and_is_cut() -> None:
+    hostile = "[click](http://evil.example/x) ![i](http://evil.example/i.png) <script>x</script>\n# Heading " \
+              + "A" * 10_000
+    report = engine().report(incident(), [finding("JobFailed", Category.UNKNOWN, "job failed")],
+                             actions=[step("resubmit_job", ActionState.FAILED, 0, message=hostile)])
+    html = MarkdownIt("commonmark").enable("table").render(report.markdown)
+    assert "<a href" not in html and "<img" not in html and "<script" not in html and "<h1>Heading" not in html
+    line = next(x for x in report.markdown.splitlines() if x.startswith("- `resubmit_job`"))
+    assert len(line) < STEP_TEXT_MAX + 200 and line.endswith("…")
+    assert len(report.data["actions"][0]["message"]) == STEP_TEXT_MAX
+
+
+def test_with_actions_rewrites_only_what_argus_did() -> None:
+    planned = step("resubmit_job", ActionState.PLANNED, 0, dry_run=True, preview="would resubmit sft-7 ...")
+    report = engine().report(incident(), [finding("JobFailed", Category.UNKNOWN, "job failed")], [OOM_LOG],
+                             actions=[planned])
+    ended = planned.model_copy(update={"state": ActionState.SKIPPED, "result": {**planned.result, "message": CANNOT}})
+    again = with_actions(report, [ended])
+    before, after = report.markdown.split("## What Argus did"), again.markdown.split("## What Argus did")
+    assert before[0] == after[0]  # everything before the section as it was
+    assert before[1].split("## About this report")[1] == after[1].split("## About this report")[1]
+    assert "Preview: would resubmit sft-7" in before[1] and "Preview" not in after[1]
+    assert "dry run (policy rule lost-node). Outcome: job raysubmit\\_AbCdEf123456 cannot be resubmitted" in after[1]
+    assert "\n\n## About this report" in again.markdown
+    assert again.data["actions"][0]["message"] == CANNOT and again.data["summary"] == report.data["summary"]
+    assert with_actions(again, [ended]).markdown == again.markdown  # the same steps: the same report
