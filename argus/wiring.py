@@ -53,6 +53,7 @@ from detectors.log_rules import LogRuleDetector
 from detectors.lost_node import LostNodeDetector
 from detectors.metric_rules import MetricRuleDetector, MetricRuleSet, load_metric_rules
 from detectors.stall import StallDetector
+from detectors.waiting import WaitingJobDetector
 from rca.engine import RcaEngine
 from rca.metrics import PrometheusMetricsReader
 from rca.redact import Redactor
@@ -100,8 +101,8 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: A
 def build_detectors(settings: Settings, metric_rules: MetricRuleSet, stall: StallDetector | None = None,
                     memory: DetectorMemory | None = None) -> list[Detector]:
     """`stall`: the stall detector to use (wiring keeps it to export each job's progress); a new one if None.
-    `memory`: where the stateful detectors (stall, idle GPU, metric rules, log rules) keep their state across restarts,
-    normally the store's `detector_state`; None keeps it in this process only."""
+    `memory`: where the stateful detectors (stall, idle GPU, metric rules, log rules, waiting jobs) keep their state
+    across restarts, normally the store's `detector_state`; None keeps it in this process only."""
     log_rules = load_rules(settings.rules_dirs)
     detectors: list[Detector] = [
         LostNodeDetector(lookback_s=settings.lost_node_lookback_s),
@@ -111,6 +112,7 @@ def build_detectors(settings: Settings, metric_rules: MetricRuleSet, stall: Stal
         IdleGpuDetector(threshold_pct=settings.idle_gpu_threshold_pct, window_s=settings.idle_gpu_window_s,
                         memory=memory),
         DiskSpaceDetector(),
+        WaitingJobDetector(alert_s=settings.pending_alert_s, memory=memory),
     ]
     if settings.prometheus_url:
         detectors.append(MetricRuleDetector(metric_rules, memory=memory))
@@ -263,7 +265,7 @@ def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: Argu
         # no new log lines because the log collectors are down is not a stalled job; a rule Prometheus could not
         # evaluate has not stopped holding; a job status Ray did not report this tick is not a job running again
         needs={"stall": {"ray_logs", "job_logs"}, "idle_gpu": {"gpu_placement"}, "metric_rules": {"metric_rules"},
-               "job_failure": {"ray_state"}, "lost_node": {"ray_state"}},
+               "job_failure": {"ray_state"}, "lost_node": {"ray_state"}, "waiting": {"ray_state"}},
         on_tick=after_tick,
     )
     return pipeline

@@ -1,9 +1,11 @@
-"""Ray's dashboard as a source: state API calls (`ray.util.state`) with Ray's errors wrapped into ours, and
-the hint and cause text every collector reading the dashboard gives when it cannot."""
+"""Ray's dashboard as a source: state API calls (`ray.util.state`) and the dashboard's own JSON routes, with Ray's
+errors wrapped into ours, and the hint and cause text every collector reading the dashboard gives when it cannot."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import httpx
 
 from core.errors import SourceUnavailable
 
@@ -27,6 +29,19 @@ class RayStateApi:
         self.dashboard_url = dashboard_url.rstrip("/")
         self.timeout_s = timeout_s
         self._api = state_api
+
+    def get_json(self, path: str) -> Any:
+        """The JSON body of the dashboard route `path` (e.g. "/api/cluster_status"); SourceUnavailable if Ray does
+        not answer it with JSON. A `state_api` stand-in that has `get_json` answers instead (a simulator)."""
+        url = f"{self.dashboard_url}{path}"
+        try:
+            if self._api is not None and hasattr(self._api, "get_json"):
+                return self._api.get_json(path)
+            response = httpx.get(url, timeout=self.timeout_s)
+            response.raise_for_status()
+            return response.json()
+        except Exception as exc:  # httpx's errors, a body that is not JSON, a simulator's own
+            raise SourceUnavailable("Ray dashboard", url, cause_of(exc), hint=DASHBOARD_HINT) from exc
 
     def call(self, fn_name: str, **kwargs: Any) -> list[Any]:
         """`ray.util.state.<fn_name>(**kwargs)` as a list; SourceUnavailable if Ray does not answer."""

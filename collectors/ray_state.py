@@ -3,10 +3,28 @@
 Reads Ray's state API (the dashboard on the head). Which jobs ran on a node is remembered between
 polls, because once a node is DEAD its actors are gone from the live view and we still want to name
 the jobs that lost ranks there.
+
+What waits for a place (detectors/waiting.py judges it; the keys are core.signal_keys'), as Ray 2.60 gives it:
+- A PENDING job's driver demand and label selector are not in the job record the state and Jobs APIs give
+  (JobDetails drops Ray's entrypoint_num_cpus / _num_gpus / _memory / _resources and keeps no selector): they are
+  on the job's supervisor actor (`_ray_internal_job_actor_<submission id>`, in PENDING_CREATION until a node takes
+  it) as its required resources and label selector, read only while a job is PENDING.
+- Placement groups Ray has not placed (PENDING, or RESCHEDULING after a node loss) are read every poll, with their
+  bundles, bundle label selectors and when Ray received them (`stats.creation_request_received_ns`); of the placed
+  (CREATED) ones only the ids, so a wait that ends can be told apart: its groups placed, or removed (a stopped job's
+  groups are REMOVED a moment before Ray marks it STOPPED). Removed groups are not read: Ray keeps many. The state
+  API drops a group's strategy; Ray's autoscaler report lists the pending groups' bundles with their strategy, so a
+  group whose bundles match exactly one strategy there gets it.
+- Free resources per node come from the same autoscaler report (`/api/cluster_status`: the v1 monitor that `ray
+  start --head` runs writes it every few seconds; `usage_by_node` is [used, total] per resource, keyed by node IP).
+  The dashboard camel-cases its keys (`no_such_thing` comes back `noSuchThing`), so names are matched back to the
+  node's own resources. Read only while something waits; a cluster without the report (autoscaler v2) leaves
+  free resources unknown, and a failure to read any of these leaves them unknown without failing the poll.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -18,6 +36,10 @@ from core import signal_keys as keys
 from core.errors import SourceUnavailable
 from core.names import clean, job_identity
 from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
+
+SUPERVISOR_PREFIX = "_ray_internal_job_actor_"  # Ray's JOB_ACTOR_NAME_TEMPLATE: a submitted job's supervisor actor
+WAITING_GROUP_STATES = frozenset({"PENDING", "RESCHEDULING"})
+CLUSTER_STATUS_ROUTE = "/api/cluster_status"
 
 
 def _ms_to_dt(ms: Any) -> datetime | None:
@@ -33,6 +55,34 @@ def _field(obj: Any, name: str, default: Any = None) -> Any:
     if isinstance(obj, dict):
         return obj.get(name, default)
     return getattr(obj, name, default)
+
+
+def _text(value: Any) -> str | None:
+    value = getattr(value, "value", value)  # enums in the SDK, strings over REST
+    return str(value) if value is not None else None
+
+
+def _camel(name: str) -> str:
+    """The dashboard's rewrite of a key (ray.dashboard.utils.to_camel_case)."""
+    first, *rest = name.split("_")
+    return first + "".join(part.title() for part in rest)
+
+
+def _resources(value: Any) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        return {}
+    found = {}
+    for key, amount in value.items():
+        try:
+            found[str(key)] = float(amount)
+        except (TypeError, ValueError):
+            continue
+    return found
+
+
+def _shape(bundles: Any) -> Counter[tuple[tuple[str, float], ...]]:
+    """A multiset of bundles, to compare a group's with the autoscaler report's."""
+    return Counter(tuple(sorted(_resources(b).items())) for b in bundles or [])
 
 
 class RayStateCollector:
@@ -78,6 +128,18 @@ class RayStateCollector:
             if driver and job.get("status") in {"RUNNING", "PENDING"}:
                 live.setdefault(driver, {})[job["job_id"]] = job
 
+        waiting, placed = self._groups()
+        pending = [j for j in job_info.values() if j.get(keys.STATUS) == "PENDING"]
+        report: Mapping[str, Any] | None = None
+        drivers: dict[str, tuple[dict[str, float], dict[str, Any]]] = {}
+        if pending or (waiting and any(str(j[keys.JOB_ID]) in waiting for j in job_info.values())):
+            report = self._autoscaler_report()
+            if pending:
+                drivers = self._waiting_drivers()
+        for groups in (waiting or {}).values():
+            _add_strategies(groups, report)
+        free = _free_by_node(nodes, report)
+
         signals: list[Signal] = []
         for node in nodes:
             node_id = str(_field(node, "node_id"))
@@ -88,8 +150,16 @@ class RayStateCollector:
             elif state == "DEAD" and node_id not in self._dead_seen:
                 self._dead_seen.add(node_id)
                 self._placement.setdefault(node_id, {}).update(self._jobs_of_dead_node(node_id, job_info))
-            signals.append(self._node_signal(node, node_id, state, now))
+            signals.append(self._node_signal(node, node_id, state, now, free.get(node_id)))
         for job in job_info.values():
+            demand, selector = drivers.get(str(job.get(keys.SUBMISSION_ID)), (None, None))
+            waits = {
+                # what waits for a place: only on the job's own signal, never in the job lists of nodes
+                keys.ENTRYPOINT_RESOURCES: demand,
+                keys.LABEL_SELECTOR: selector,
+                keys.WAITING_GROUPS: None if waiting is None else waiting.get(str(job[keys.JOB_ID]), []),
+                keys.PLACED_GROUPS: None if placed is None else placed.get(str(job[keys.JOB_ID]), []),
+            }
             signals.append(
                 Signal(
                     kind=SignalKind.JOB_STATE,
@@ -102,10 +172,76 @@ class RayStateCollector:
                     ),
                     observed_at=now,
                     text=job.get("message"),
-                    attrs=job,
+                    attrs={**job, **waits},
                 )
             )
         return signals
+
+    # -- what waits for a place (see the module docstring) ---------------------------------------------------
+
+    def _groups(self) -> tuple[dict[str, list[dict[str, Any]]] | None, dict[str, list[str]] | None]:
+        """Placement groups Ray has not placed, and the ids of those it placed, by the Ray job id that created them;
+        (None, None) when not readable."""
+        try:
+            groups = self._ray.call("list_placement_groups", detail=True, filters=[("state", "!=", "REMOVED")])
+        except SourceUnavailable as exc:
+            logger.warning("could not list placement groups (waiting ones stay unknown this poll): {}", exc)
+            return None, None
+        by_job: dict[str, list[dict[str, Any]]] = {}
+        placed: dict[str, list[str]] = {}
+        for group in groups:
+            state = _text(_field(group, "state"))
+            job_id = _field(group, "creator_job_id")
+            if state == "CREATED" and job_id:
+                placed.setdefault(str(job_id), []).append(str(_field(group, "placement_group_id")))
+            if state not in WAITING_GROUP_STATES or not job_id:
+                continue
+            bundles = list(_field(group, "bundles") or [])
+            stats = _field(group, "stats") or {}
+            since = None
+            try:  # an int64 comes as text over the state API
+                since = datetime.fromtimestamp(int(stats.get("creation_request_received_ns") or 0) / 1e9,
+                                               tz=timezone.utc) if stats.get("creation_request_received_ns") else None
+            except (TypeError, ValueError, OverflowError, OSError):
+                pass
+            by_job.setdefault(str(job_id), []).append({
+                keys.GROUP_ID: str(_field(group, "placement_group_id")),
+                keys.GROUP_NAME: clean(_field(group, "name")) or None,
+                keys.STATE: state,
+                keys.BUNDLES: [_resources(_field(b, "unit_resources")) for b in bundles],
+                keys.BUNDLE_SELECTORS: [dict(_field(b, "label_selector") or {}) for b in bundles],
+                keys.STRATEGY: None,
+                keys.SCHEDULING_STATE: _text(stats.get("scheduling_state")),
+                keys.SINCE: since.isoformat() if since else None,
+            })
+        return by_job, placed
+
+    def _waiting_drivers(self) -> dict[str, tuple[dict[str, float], dict[str, Any]]]:
+        """What each PENDING job's driver waits on, by submission id: (resources, label selector) of its supervisor
+        actor (see the module docstring)."""
+        try:
+            actors = self._ray.call("list_actors", detail=True, filters=[("state", "=", "PENDING_CREATION")])
+        except SourceUnavailable as exc:
+            logger.warning("could not list pending actors (what PENDING jobs wait on stays unknown): {}", exc)
+            return {}
+        return {
+            str(name)[len(SUPERVISOR_PREFIX):]: (_resources(_field(a, "required_resources")),
+                                                 dict(_field(a, "label_selector") or {}))
+            for a in actors
+            if str(name := _field(a, "name") or "").startswith(SUPERVISOR_PREFIX)
+        }
+
+    def _autoscaler_report(self) -> Mapping[str, Any] | None:
+        """Ray's autoscaler load report (usage by node, pending placement groups); None when there is none."""
+        try:
+            body = self._ray.get_json(CLUSTER_STATUS_ROUTE)
+        except SourceUnavailable as exc:
+            logger.warning("could not read Ray's autoscaler report (free resources stay unknown): {}", exc)
+            return None
+        data = body.get("data") if isinstance(body, Mapping) else None
+        status = _either(data, "cluster_status") if isinstance(data, Mapping) else None
+        report = _either(status, "load_metrics_report") if isinstance(status, Mapping) else None
+        return report if isinstance(report, Mapping) else None
 
     def _jobs_of_dead_node(self, node_id: str, job_info: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Jobs whose actors were on a node that just died: Ray still lists those actors, now DEAD."""
@@ -121,7 +257,8 @@ class RayStateCollector:
                 found[job_id] = job_info.get(job_id) or {"job_id": job_id}
         return found
 
-    def _node_signal(self, node: Any, node_id: str, state: str, now: datetime) -> Signal:
+    def _node_signal(self, node: Any, node_id: str, state: str, now: datetime,
+                     free: dict[str, float] | None = None) -> Signal:
         ip = _field(node, "node_ip")
         jobs = sorted(self._placement.get(node_id, {}).values(), key=lambda j: j.get("job_id", ""))
         end = _ms_to_dt(_field(node, "end_time_ms"))
@@ -140,7 +277,8 @@ class RayStateCollector:
                 keys.STATE_MESSAGE: _field(node, "state_message"),
                 keys.START_TIME: start.isoformat() if start else None,
                 keys.END_TIME: end.isoformat() if end else None,
-                "resources_total": dict(_field(node, "resources_total") or {}),
+                keys.RESOURCES_TOTAL: dict(_field(node, "resources_total") or {}),
+                keys.RESOURCES_AVAILABLE: free,
                 keys.LABELS: dict(_field(node, "labels") or {}),
                 keys.JOBS: jobs,
             },
@@ -171,3 +309,56 @@ class RayStateCollector:
             keys.END_TIME: end.isoformat() if end else None,
             keys.METADATA: metadata,
         }
+
+
+def _either(mapping: Mapping[str, Any], snake: str) -> Any:
+    """A key of a dashboard answer, as written or camel-cased by the dashboard."""
+    return mapping.get(snake, mapping.get(_camel(snake)))
+
+
+def _add_strategies(groups: list[dict[str, Any]], report: Mapping[str, Any] | None) -> None:
+    """Each group's strategy, where the autoscaler report's pending groups with its exact bundles name one."""
+    demand = _either(report, "pg_demand") if report is not None else None
+    if not isinstance(demand, list):
+        return
+    known: list[tuple[Counter[tuple[tuple[str, float], ...]], str]] = []
+    for entry in demand:
+        spec = entry[0] if isinstance(entry, (list, tuple)) and entry else entry
+        if not isinstance(spec, Mapping) or not spec.get("strategy"):
+            continue
+        shape: Counter[tuple[tuple[str, float], ...]] = Counter()
+        for item in spec.get("bundles") or []:
+            bundle, count = (item[0], item[1]) if isinstance(item, (list, tuple)) and len(item) == 2 else (item, 1)
+            shape[tuple(sorted(_resources(bundle).items()))] += int(count)
+        known.append((shape, str(spec["strategy"])))
+    for group in groups:
+        strategies = {strategy for shape, strategy in known if shape == _shape(group[keys.BUNDLES])}
+        if len(strategies) == 1:
+            group[keys.STRATEGY] = strategies.pop()
+
+
+def _free_by_node(nodes: list[Any], report: Mapping[str, Any] | None) -> dict[str, dict[str, float]]:
+    """Free resources of each alive node, by node id, from the report's [used, total] per node (keyed by IP, or
+    by node id where the autoscaler is told to); a node whose IP another alive node shares is left out."""
+    usage = _either(report, "usage_by_node") if report is not None else None
+    if not isinstance(usage, Mapping):
+        return {}
+    alive = [n for n in nodes if _text(_field(n, "state")) == "ALIVE"]
+    ips = Counter(_field(n, "node_ip") for n in alive)
+    free: dict[str, dict[str, float]] = {}
+    for node in alive:
+        node_id, ip = str(_field(node, "node_id")), _field(node, "node_ip")
+        row = usage.get(node_id) if node_id in usage else (usage.get(ip) if ips[ip] == 1 else None)
+        if not isinstance(row, Mapping):
+            continue
+        names = {_camel(name): name for name in (_field(node, "resources_total") or {})}
+        names.update({name: name for name in (_field(node, "resources_total") or {})})
+        node_free = {}
+        for key, pair in row.items():
+            try:
+                used, total = float(pair[0]), float(pair[1])
+            except (TypeError, ValueError, IndexError, KeyError):
+                continue
+            node_free[names.get(str(key), str(key))] = max(0.0, total - used)
+        free[node_id] = node_free
+    return free

@@ -58,8 +58,9 @@ from control.jobspec import JobSpec
 from core.errors import ArgusError, ConfigError, Conflict, InputError, NotFound, SourceUnavailable
 from core.jobfolder import JobFolder, JobFolders, is_submission_id
 from core.lineage import CHECKPOINT_DIR_KEY, RESUME_FLAG_KEY, Lineage
-from core.ray_labels import POOL_LABEL, WORKER_RESOURCE
+from core.ray_labels import WORKER_RESOURCE
 from core.types import utcnow
+from core.waits import driver_advice, driver_wants, entrypoint_demand
 
 DEFAULT_ENTRYPOINT_RESOURCES: dict[str, float] = {WORKER_RESOURCE: 0.001}
 TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
@@ -544,16 +545,10 @@ def _timeout_reason(status: str, age_s: float, timeout_s: float, call: dict[str,
     if status != "PENDING":
         return f"ran {over}"
     selector = _mapping(call, "entrypoint_label_selector")
-    resources = _mapping(call, "entrypoint_resources")
-    if call is not None and call.get("entrypoint_num_cpus"):
-        resources["CPU"] = call["entrypoint_num_cpus"]
-    wants = [f"{what} {', '.join(f'{k}={v}' for k, v in asked.items())}"
-             for what, asked in (("labels", selector), ("resources", resources)) if asked]
-    pool = selector.get(POOL_LABEL)
-    todo = (f"join a node into pool {pool} or free one there, or resubmit in a pool that has free nodes"
-            if pool else "see `ray status` for free nodes, or resubmit asking for less")
+    resources = entrypoint_demand(resources=_mapping(call, "entrypoint_resources"),
+                                  num_cpus=(call or {}).get("entrypoint_num_cpus"))
     return (f"still PENDING {over}: its driver never started, as no node offered "
-            f"{' and '.join(wants) or 'it a place'}; {todo}")
+            f"{driver_wants(resources, selector)}; {driver_advice(selector)}")
 
 
 def _mapping(call: dict[str, Any] | None, key: str) -> dict[str, Any]:

@@ -49,6 +49,11 @@ class Settings(BaseSettings):
     stall_factor: float = Field(default=3.0, ge=1, description="stalled after this many of its own step times")
     idle_gpu_threshold_pct: float = Field(default=5.0, ge=0, le=100, description="GPU busy below this is idle")
     idle_gpu_window_s: float = Field(default=600.0, gt=0, description="idle this long while held: a finding")
+    pending_alert_s: float = Field(
+        default=300.0, gt=0, description="a job PENDING this long (its driver not started), or a RUNNING job whose "
+        "placement groups stay unplaced this long, is a finding (unschedulable) that names what it waits for and "
+        "what the cluster has free; counted from Ray's submission time (a group's creation request)"
+    )
     dcgm_targets: list[str] = Field(
         default_factory=list, description="dcgm-exporter URLs scraped directly when no Prometheus is configured"
     )

@@ -60,6 +60,27 @@ START_TIME: Final = "start_time"  # ISO 8601
 END_TIME: Final = "end_time"
 METADATA: Final = "metadata"  # a job's Ray metadata (str -> str): Argus's name/owner, a resubmission's lineage
 
+# -- what waits for a place, and what is free (ray_state; core.waits words them) -----------------------------
+# On a node: what it has in all, and free now ({resource: amount}); free is None when not read this poll (Ray's
+# autoscaler report is read only while something waits, and may be missing).
+RESOURCES_TOTAL: Final = "resources_total"
+RESOURCES_AVAILABLE: Final = "resources_available"
+# On a PENDING job: the resources and label selector its driver waits on, as Ray schedules it (its supervisor
+# actor's); None when unknown (not PENDING, or the actor not listed).
+ENTRYPOINT_RESOURCES: Final = "entrypoint_resources"
+LABEL_SELECTOR: Final = "label_selector"
+# On a job: its placement groups Ray has not placed (PENDING, or RESCHEDULING after a node loss), as dicts with
+# the keys below; None when they were not read this poll.
+WAITING_GROUPS: Final = "waiting_groups"
+PLACED_GROUPS: Final = "placed_groups"  # on a job: the ids of its placement groups Ray placed (CREATED); None: unread
+GROUP_ID: Final = "placement_group_id"
+GROUP_NAME: Final = "name"
+BUNDLES: Final = "bundles"  # [{resource: amount}] in bundle order
+BUNDLE_SELECTORS: Final = "bundle_label_selectors"  # [{label: selector}] in bundle order, {} where none
+STRATEGY: Final = "strategy"  # PACK, SPREAD, STRICT_PACK, STRICT_SPREAD; None when Ray's report does not say
+SCHEDULING_STATE: Final = "scheduling_state"  # Ray's word for why: NO_RESOURCES, INFEASIBLE, QUEUED, ...
+SINCE: Final = "since"  # ISO 8601: when Ray received the group's creation request
+
 # -- storage (statvfs) ------------------------------------------------------------------------------------------
 PATH: Final = "path"
 TOTAL_BYTES: Final = "total_bytes"

@@ -28,6 +28,7 @@ class Category(str, Enum):
     GPU_HARDWARE = "gpu_hardware"
     DISK_FULL = "disk_full"
     IDLE_GPU = "idle_gpu"
+    UNSCHEDULABLE = "unschedulable"  # a job waits for a place no node offers (PENDING driver, unplaced groups)
     USER_ERROR = "user_error"
     UNKNOWN = "unknown"
 

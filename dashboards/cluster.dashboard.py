@@ -21,7 +21,8 @@ DCGM_UTIL_BY_NODE_IP = node_ip("DCGM_FI_DEV_GPU_UTIL")
 # GPU index a job got, so a job's GPUs are known per node only).
 IDLE_NODES = f"max by (node_ip) ({DCGM_UTIL_BY_NODE_IP}) < {IDLE_BELOW}"
 IDLE_HELD = f"argus_job_gpus and on (node_ip) ({IDLE_NODES})"
-NOT_IDLE_GPU = 'category!="idle_gpu"'
+# Idle GPUs are waste and a job waiting for a place (unschedulable) never started: neither is an interruption.
+NOT_INTERRUPTIONS = 'category!~"idle_gpu|unschedulable"'
 # Scrape jobs named as in alert_rules/ (".*ray.*", ".*dcgm.*"); rename in a copy if yours differ.
 UP_RAY = 'up{job=~".*ray.*"}'
 UP_DCGM = 'up{job=~".*dcgm.*"}'
@@ -116,10 +117,11 @@ panels = [
     row("Interruptions"),
     timeseries(
         "Interruptions per day by category",
-        [target(f"sum by (category) (increase(argus_incidents_opened_total{{{NOT_IDLE_GPU}}}[1d]))",
+        [target(f"sum by (category) (increase(argus_incidents_opened_total{{{NOT_INTERRUPTIONS}}}[1d]))",
                 "{{category}}", interval="1d")],
         bars=True, stacked=True, width=24, legend_table=True,
-        description="Incidents Argus opened per day, by category; idle GPUs are not interruptions and are left out.",
+        description="Incidents Argus opened per day, by category; idle GPUs and jobs waiting for a place "
+                    "(unschedulable) are not interruptions and are left out.",
     ),
 ]
 

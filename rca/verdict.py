@@ -22,6 +22,8 @@ CATEGORY_MEANINGS: dict[Category, str] = {
     Category.GPU_HARDWARE: "a GPU or its link failed (Xid 48/64/74/79/94/95, ECC errors, fell off the bus)",
     Category.DISK_FULL: "a disk or /dev/shm filled up (No space left on device, failed checkpoint writes, quota)",
     Category.IDLE_GPU: "GPUs were held by a job while idle",
+    Category.UNSCHEDULABLE: "a job waited for resources no node could give it (its driver PENDING, or its "
+                            "placement groups unplaced)",
     Category.USER_ERROR: "the job's own code or configuration failed (Python exceptions, bad arguments, launch "
                          "mistakes)",
     Category.UNKNOWN: "the evidence shows no clear cause",
@@ -41,6 +43,8 @@ SUPPORT: dict[Category, re.Pattern[str]] = {
                                       r"device handle|GPU has fallen|PCIe"),
     Category.DISK_FULL: re.compile(r"(?i)no space|disk (?:quota|full)|ENOSPC|errno 28|/dev/shm|quota exceeded"),
     Category.IDLE_GPU: re.compile(r"(?i)idle|utili[sz]ation"),
+    Category.UNSCHEDULABLE: re.compile(r"(?i)\bPENDING\b|infeasible|unschedulable|placement group|cannot be scheduled|"
+                                       r"no node (?:offer|ha)"),
     Category.USER_ERROR: re.compile(r"(?i)Error\b|Exception\b|Traceback|invalid|not found|unexpected|assert"),
 }
 
