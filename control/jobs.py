@@ -434,10 +434,11 @@ class JobController:
             return None
 
     def _write_mark(self, folder: JobFolder, mark: str, reason: str, **extra: Any) -> None:
-        if not folder.exists():
-            return  # a job not submitted through Argus has no folder to mark
         status = {"mark": mark, "reason": reason, "at": self.clock().isoformat(), **extra}
         path = folder.status_file
+        # A job Argus did not submit gets its folder here: the mark is what tells a stop Argus made (and why)
+        # from one a person made, when the job is looked at again (remediation's _ended_apart).
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(status, indent=2) + "\n", encoding="utf-8")
         tmp.replace(path)

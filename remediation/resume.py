@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from string import Template
 
@@ -56,6 +56,7 @@ RESUME_FLAGS = ("--resume", "--resume_from_checkpoint", "--resume-from-checkpoin
 CHECKPOINT_DIR_FLAGS = ("--checkpoint_dir", "--checkpoint-dir", "--ckpt_dir", "--ckpt-dir", "--save_dir",
                         "--save-dir", "--output_dir", "--output-dir", "--out_dir", "--out-dir", "--checkpoints")
 # Programs that run a trainer; the first command running one of them is the trainer's, when no rule above says.
+SHELLS = re.compile(r"^(?:ba|da|z)?sh\Z")
 LAUNCHERS = re.compile(r"^(?:python[0-9.]*|torchrun|accelerate|deepspeed|uv|pixi|conda|srun|mpirun)\Z")
 
 
@@ -138,8 +139,9 @@ def _commands(node: object, out: list[tuple[object, bool]], piped: bool = False)
             _commands(part, out, piped)
 
 
-def trainer_command(entrypoint: str, resume_flag: str | None = None) -> TrainerCommand:
-    """The command of `entrypoint` that runs the trainer; EntrypointError when there is none to find."""
+def _found_commands(entrypoint: str) -> list[tuple[tuple[Word, ...], int, str | None, bool]]:
+    """(words, end of the last word, directory a `cd` before it moved to, piped) of each command that is not a
+    `cd`; EntrypointError when the entrypoint cannot be read as shell."""
     try:
         trees = bashlex.parse(entrypoint)
     except Exception as exc:  # noqa: BLE001 - bashlex raises its own errors and, on odd input, plain ones
@@ -161,6 +163,25 @@ def trainer_command(entrypoint: str, resume_flag: str | None = None) -> TrainerC
         found.append((words, words[-1].end, cwd, piped))
     if not found:
         raise EntrypointError("the entrypoint runs no command")
+    return found
+
+
+def shell_script(entrypoint: str) -> tuple[Word, str | None] | None:
+    """The script of a `bash -c '<script>'` (sh, dash, zsh) command in `entrypoint` and the directory it runs
+    in, when there is one: `ray job submit -- bash -c "cd x && python ... | tee log"` keeps its trainer there."""
+    try:
+        found = _found_commands(entrypoint)
+    except EntrypointError:
+        return None
+    for words, _, cwd, _ in found:
+        if len(words) >= 3 and SHELLS.match(PurePosixPath(words[0].text).name) and words[1].text == "-c":
+            return words[2], cwd
+    return None
+
+
+def trainer_command(entrypoint: str, resume_flag: str | None = None) -> TrainerCommand:
+    """The command of `entrypoint` that runs the trainer; EntrypointError when there is none to find."""
+    found = _found_commands(entrypoint)
 
     def pick(test: object) -> TrainerCommand | None:
         for words, end, where, piped in found:
@@ -185,7 +206,8 @@ def exit_status_is_the_trainers(entrypoint: str) -> bool:
         trees = bashlex.parse(entrypoint)
     except Exception:  # noqa: BLE001 - unreadable: Ray's status is all there is
         return True
-    if command.piped:
+    wrapped = shell_script(entrypoint)
+    if command.piped or (wrapped is not None and not exit_status_is_the_trainers(wrapped[0].text)):
         return False
     for tree in trees:
         if tree.pos[0] >= command.insert_at:
@@ -206,8 +228,8 @@ def _unquoted(source: str, fallback: str) -> str:
 
 
 def _is_verl(words: Sequence[Word]) -> bool:
-    if any(VERL_WORD.search(w.text) for w in words[:4]):
-        return True
+    if any(VERL_WORD.search(w.text) and not any(c.isspace() for c in w.text) for w in words[:4]):
+        return True  # a word with spaces is a script given to a shell, not the program
     keys = [m["key"] for w in words if (m := HYDRA_KEY.match(w.text))]
     return any(k.startswith("trainer.") for k in keys) and any(k.startswith(VERL_OVERRIDE_GROUPS) for k in keys)
 
@@ -243,11 +265,11 @@ def hydra_value(command: TrainerCommand, key: str) -> str | None:
     return None
 
 
-def edit(entrypoint: str, command: TrainerCommand, replace: Mapping[tuple[int, int], str],
+def edit(entrypoint: str, command: TrainerCommand, swaps: Mapping[tuple[int, int], str],
          append: Sequence[str]) -> str:
-    """`entrypoint` with the word spans in `replace` swapped for new (shell-quoted) words, and `append` added
+    """`entrypoint` with the word spans in `swaps` swapped for new (shell-quoted) words, and `append` added
     after the trainer command's last word."""
-    edits = sorted([*((span, shlex.quote(text) if text else "") for span, text in replace.items()),
+    edits = sorted([*((span, shlex.quote(text) if text else "") for span, text in swaps.items()),
                     ((command.insert_at, command.insert_at), "".join(" " + shlex.quote(a) for a in append))],
                    reverse=True)
     out = entrypoint
@@ -344,7 +366,20 @@ def plan_resume(entrypoint: str, *, env: Mapping[str, str], metadata: Mapping[st
     """How the resubmission of a job with `entrypoint` (run with `env`, in `cwd` when known) resumes.
 
     `chain_folders`: the job folders of its chain, newest first. `adopted`: the job was not submitted through
-    Argus, so ARGUS_RESUME_FROM alone does not resume it."""
+    Argus, so ARGUS_RESUME_FROM alone does not resume it. The script of a `bash -c '<script>'` is planned as
+    an entrypoint of its own and quoted back in."""
+    wrapped = shell_script(entrypoint)
+    if wrapped is None:
+        return _plan(entrypoint, env=env, metadata=metadata, chain_folders=chain_folders, cwd=cwd, adopted=adopted)
+    script, where = wrapped
+    inner = _plan(script.text, env=env, metadata=metadata, chain_folders=chain_folders, cwd=where or cwd,
+                  adopted=adopted)
+    outer = entrypoint[:script.start] + shlex.quote(inner.entrypoint) + entrypoint[script.end:]
+    return replace(inner, entrypoint=outer if inner.entrypoint != script.text else entrypoint)
+
+
+def _plan(entrypoint: str, *, env: Mapping[str, str], metadata: Mapping[str, str],
+          chain_folders: Sequence[Path], cwd: str | None, adopted: bool) -> ResumePlan:
     declared_flag = metadata.get(RESUME_FLAG_KEY) or None
     if declared_flag is not None and not re.fullmatch(r"--?[A-Za-z][\w.-]{0,63}", declared_flag):
         declared_flag = None
@@ -369,17 +404,17 @@ def plan_resume(entrypoint: str, *, env: Mapping[str, str], metadata: Mapping[st
         return ResumePlan(entrypoint, env_out, checkpoint, "env", searched=searched)
     if verl:
         args = ("trainer.resume_mode=resume_path", f"trainer.resume_from_path={_hydra_value(str(checkpoint.path))}")
-        replace: dict[tuple[int, int], str] = {}
+        swaps: dict[tuple[int, int], str] = {}
         append: list[str] = []
         for key, arg in zip(VERL_RESUME_KEYS, args, strict=True):
             given = [(w, m) for w in command.words if (m := HYDRA_KEY.match(w.text)) and m["key"] == key]
             if given:  # in place, keeping the user's +/++ prefix; a second mention would make Hydra refuse
                 first, match = given[0]
-                replace[(first.start, first.end)] = first.text[:match.start("key")] + arg
-                replace.update({(w.start, w.end): "" for w, _ in given[1:]})
+                swaps[(first.start, first.end)] = first.text[:match.start("key")] + arg
+                swaps.update({(w.start, w.end): "" for w, _ in given[1:]})
             else:
                 append.append(arg)
-        return ResumePlan(edit(entrypoint, command, replace, append), env_out, checkpoint, "verl", args, searched)
+        return ResumePlan(edit(entrypoint, command, swaps, append), env_out, checkpoint, "verl", args, searched)
     for flag in RESUME_FLAGS + ((declared_flag,) if declared_flag else ()):
         found = _flag_value(command.words, flag)
         if found is not None:

@@ -155,7 +155,9 @@ def ray_cluster(stack_dir: Path) -> Iterator[RayCluster]:
 
     Shared by the whole session: a test that kills a worker uses `ray_faults`, which restarts it.
     """
-    cluster = RayCluster(stack_dir / "ray", fast_health_check=True, worker_gpus=4)
+    profiling = {"RAY_DASHBOARD_ENABLE_PROFILING": "1"}  # py-spy stacks for keep_scene, as the demo has them
+    cluster = RayCluster(stack_dir / "ray", fast_health_check=True, worker_gpus=4, head_env=profiling,
+                         worker_env=profiling)
     # Registered before start: if start fails, the failing test still gets the `ray start` logs.
     _LIVE["ray_cluster"] = cluster
     cluster.start(timeout=180)  # stops what it started when it fails

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -51,7 +53,10 @@ FAST_HEALTH_CHECK_ENV = {
     "RAY_health_check_initial_delay_ms": "1000",
 }
 # Nothing outside can be reached from test machines; the usage reporter would only retry and log.
-_COMMON_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
+# The interpreter's bin first on PATH, as `source .venv/bin/activate && ray start` has it: the dashboard agent
+# runs the venv's py-spy for stack dumps (keep_scene) and finds it only there.
+_COMMON_ENV = {"RAY_USAGE_STATS_ENABLED": "0",
+               "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])}
 _METRICS_MIN_PORT = 20000
 _STOP_GRACE_S = 15.0
 

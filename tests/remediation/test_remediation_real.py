@@ -118,7 +118,8 @@ def check_recovered(env: Env, actions: list[Any], sid: str, dead_node: str) -> s
     by_kind = {a.kind: a for a in actions}
     assert [a.kind for a in actions] == ["keep_scene", "drain_node", "resubmit_job"]
     assert all(a.state is ActionState.SUCCEEDED for a in actions), [(a.kind, a.state, a.result) for a in actions]
-    scene = Path(by_kind["keep_scene"].result["folders"][0])
+    # the node's incident names every job with work there (an earlier test's may still be ending): this job's scene
+    scene = next(Path(f) for f in by_kind["keep_scene"].result["folders"] if f"/jobs/{sid}/" in f)
     manifest = json.loads((scene / "manifest.json").read_text())
     assert {"incident.json", "config/jobspec.yaml", "ray/actors.json"} <= set(manifest["files"])
     new_sid = f"{sid}-r1"

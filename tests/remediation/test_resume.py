@@ -4,13 +4,14 @@ clear reason when it cannot resume. Hydra's own override parser checks that what
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import bashlex
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from remediation.resume import latest_in, plan_resume, trainer_command
+from remediation.resume import exit_status_is_the_trainers, latest_in, plan_resume, trainer_command
 
 VERL = "python3 -m verl.trainer.main_ppo data.train_files=/d/train.parquet actor_rollout_ref.model.path=/m"
 
@@ -149,3 +150,17 @@ def test_the_new_entrypoint_parses_as_shell_and_quotes_what_it_adds(tmp_path: Pa
     [override] = [a for a in trainer_argv(result.entrypoint) if a.startswith("trainer.resume_from_path=")]
     [parsed] = OverridesParser.create().parse_overrides([override])
     assert parsed.value() == f"{ckpt}/global_step_9"
+
+
+def test_a_trainer_inside_bash_c_is_resumed_inside_its_script(tmp_path: Path) -> None:
+    """`ray job submit -- bash -c "cd x && python -m verl... | tee log"`: the script is planned and quoted back."""
+    ckpt = verl_dir(tmp_path / "ck", [12], tracker=12)
+    script = f"cd /nfs/code && {VERL} trainer.default_local_dir={ckpt} 2>&1 | tee train.log"
+    result = plan(f"bash -c {shlex.quote(script)}")
+    assert result.resumes and result.how == "verl"
+    outer = shlex.split(result.entrypoint)
+    assert outer[:2] == ["bash", "-c"] and len(outer) == 3
+    assert trainer_argv(outer[2])[-1] == f"trainer.resume_from_path={ckpt}/global_step_12"
+    assert outer[2].endswith("2>&1 | tee train.log")
+    assert not exit_status_is_the_trainers(f"bash -c {shlex.quote(script)}")
+    assert exit_status_is_the_trainers(f"bash -c {shlex.quote(VERL)}")
