@@ -33,10 +33,12 @@ from stage.localstack.process import poll_until  # noqa: E402
 TRACKER = "latest_checkpointed_iteration.txt"
 
 
-def ray_job_submit(cluster, sid: str, entrypoint: str) -> None:  # type: ignore[no-untyped-def]
+def ray_job_submit(cluster, sid: str, script: str) -> None:  # type: ignore[no-untyped-def]
+    """`ray job submit -- bash -c '<script>'`: the CLI quotes every word it is given, `|` too, so a pipeline
+    is written as a shell's script."""
     ray = str(Path(sys.executable).parent / "ray")
     subprocess.run([ray, "job", "submit", "--address", cluster.dashboard_url, "--submission-id", sid, "--no-wait",
-                    "--", entrypoint], check=True, capture_output=True, timeout=120)
+                    "--", "bash", "-c", script], check=True, capture_output=True, timeout=120)
 
 
 def one_run(cluster, work: Path, run: int, submit: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
