@@ -22,6 +22,9 @@ Where the checkpoints are (in order, the newest step wins; a tie goes to the fir
 declares (`argus_checkpoint_dir`), the directories its trainer's arguments name, and `checkpoints/` of every
 job folder of its chain of resubmissions (an Argus job writes there through $ARGUS_JOB_DIR, and the chain's
 next job has a folder of its own).
+
+One module past 400 lines on purpose: reading the entrypoint, finding the checkpoints and planning the edit
+share the trainer's command and the rules above; apart, each would need the others' private parts.
 """
 
 from __future__ import annotations
