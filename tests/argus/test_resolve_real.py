@@ -34,10 +34,10 @@ from stage.sim.dcgm_exporter import DcgmExporterSim
 from tests.helpers import wait_until
 from tests.support import RecordingSubscriber
 
-# Fails with a CUDA OOM on its first run; a resubmission (ARGUS_RESUME=1, set by resubmit_job) runs on.
+# Fails with a CUDA OOM on its first run; its resubmission (`<id>-r1`, from scratch: it had no checkpoint) runs on.
 FAILS_THEN_RUNS = textwrap.dedent("""\
     import os, sys, time
-    if os.environ.get("ARGUS_RESUME") != "1":
+    if not os.environ.get("ARGUS_SUBMISSION_ID", "").endswith("-r1"):
         print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", flush=True)
         sys.exit(1)
     print("resumed", flush=True)
@@ -74,8 +74,11 @@ def test_a_failed_jobs_incident_closes_when_argus_resubmission_of_it_runs(ray_cl
         # a few more polls: the job stays FAILED and nobody resubmitted it, so the incident stays open
         assert [pipeline.run_once().resolved for _ in range(3)] == [[], [], []]
 
-        outcome = resubmit_job(ctx, incident, {}, dry_run=False)
+        # it failed before any checkpoint: a run from scratch, which the step does only when told to
+        assert resubmit_job(ctx, incident, {}, dry_run=True).data["jobs"][0]["state"] == "skipped"
+        outcome = resubmit_job(ctx, incident, {"from_scratch": True}, dry_run=False)
         [resubmitted] = outcome.data["jobs"]
+        assert resubmitted["resumes"] is False and "from scratch" in resubmitted["resume"]
         assert resubmitted["state"] == "submitted" and resubmitted["new"] == f"{sid}-r1", outcome.message
 
         def closed():
