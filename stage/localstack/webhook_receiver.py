@@ -187,7 +187,9 @@ class WebhookReceiver:
         server = _Server((self.host, self._port), _Handler)
         server.owner = self
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name=f"webhook-{self.port}", daemon=True)
+        # A short poll: shutdown() waits up to one poll interval (0.5 s by default), and tests stop many receivers.
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"webhook-{self.port}", daemon=True)
         self._thread.start()
         return self
 
