@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
+from pathlib import PurePosixPath
 from typing import TypeVar
 
 from control.nodes import (
@@ -150,7 +151,12 @@ def ray_start_worker(
     _count(timeout_s, "timeout", 3600)
     if not timeout_s:
         raise InputError("refused timeout 0: ray start needs time to join")
+    # A ray in a virtualenv (an absolute path) starts with its bin directory first on PATH, as an activated
+    # venv would have it: the node's dashboard agent runs py-spy for stack dumps and finds it only on PATH.
+    env = (["sh", "-c", _WITH_BIN_ON_PATH, "argus-ray-start", str(PurePosixPath(ray_bin).parent)]
+           if ray_bin.startswith("/") else [])
     argv = [
+        *env,
         "timeout", "--kill-after=10", str(timeout_s),
         ray_bin, "start", "--disable-usage-stats",
         f"--address={gcs_address}",
@@ -210,10 +216,20 @@ def offline(temp_dir: str | None, *, ray_bin: str = "ray", grace_s: int = 15) ->
     return ["sh", "-c", _STOP_BY_TEMP_DIR, "argus-offline", temp_dir, str(grace_s)]
 
 
-def probe(disk_path: str = "/") -> dict[str, list[str]]:
-    """Fact-finding commands by name. nvidia-smi exits 127 where it is not installed: no GPUs, no error."""
+_WITH_BIN_ON_PATH = 'd=$1; shift; PATH="$d:$PATH" exec "$@"'
+# Where the node's dashboard agent would find py-spy: beside the ray program Argus starts it with, else on PATH.
+_FIND_PY_SPY = 'if [ -n "$1" ] && [ -x "$1" ]; then echo "$1"; else command -v py-spy || true; fi'
+
+
+def probe(disk_path: str = "/", *, ray_bin: str = "ray") -> dict[str, list[str]]:
+    """Fact-finding commands by name. nvidia-smi exits 127 where it is not installed: no GPUs, no error.
+    `py_spy` prints where py-spy is (beside `ray_bin`, else on PATH), nothing where it is not: without it the
+    scene of a hang has no stacks."""
     disk_path = "/" if disk_path == "/" else _check(check_abs_path, disk_path, "disk path")
+    ray_bin = _check(check_program, ray_bin, "ray program")
+    beside = str(PurePosixPath(ray_bin).parent / "py-spy") if ray_bin.startswith("/") else ""
     return {
+        "py_spy": ["sh", "-c", _FIND_PY_SPY, "argus-probe", beside],
         "uname": ["uname", "-a"],
         "nproc": ["nproc"],
         "free": ["free", "-b"],

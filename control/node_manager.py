@@ -224,7 +224,7 @@ class NodeManager:
     def probe(self, name: str, *, disk_path: str = "/") -> NodeOutcome:
         """Reachability, CPUs, memory, disk and GPUs (nvidia-smi where installed). Changes no state."""
         record = self.registry.get(name)
-        argvs = commands.probe(disk_path)
+        argvs = commands.probe(disk_path, ray_bin=record.spec.ray_bin)
         try:
             results = self._runner(record.spec).run_all(list(argvs.values()))
         except ArgusError as exc:
@@ -234,6 +234,9 @@ class NodeManager:
         facts, problems = parse_probe(by_name)
         ok = not problems
         message = f"node {name} answered" + ("" if ok else f"; could not read: {'; '.join(problems)}")
+        if facts.get("py_spy") == "absent":  # the node works without it; a hang's scene then has no stacks
+            message += ("; py-spy is not installed beside ray nor on PATH, so a hang's scene will have no stacks "
+                        "(pip install py-spy into the node's Ray environment)")
         return self._outcome(record, "probe", ok, message, data={"reachable": True, **facts},
                              commands=tuple(results))
 
@@ -343,6 +346,10 @@ def parse_probe(results: dict[str, CommandOutcome]) -> tuple[dict[str, Any], lis
                              "used_bytes": int(cols[2]) * 1024, "available_bytes": int(cols[3]) * 1024}
         else:
             problems.append(f"df -P printed {r.stdout.strip()[:120]!r}")
+    spy = results.get("py_spy")
+    if spy is not None:
+        where = spy.stdout.strip().splitlines()[-1:] if spy.ok else []
+        facts["py_spy"] = where[0] if where else "absent"
     smi = results.get("nvidia_smi")
     if smi is None or smi.exit_status == NVIDIA_SMI_ABSENT:
         facts["nvidia_smi"] = "absent"

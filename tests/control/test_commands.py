@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -34,6 +35,8 @@ def start_kwargs(**over: Any) -> dict[str, Any]:
 
 def test_ray_start_worker_builds_one_argument_per_value() -> None:
     argv = commands.ray_start_worker(**start_kwargs(ports=RayPorts(metrics_export_port=20001)))
+    assert argv[:2] == ["sh", "-c"] and argv[3:5] == ["argus-ray-start", "/opt/venv/bin"]
+    argv = argv[5:]
     assert argv[:3] == ["timeout", "--kill-after=10", "120"]
     assert argv[3:5] == ["/opt/venv/bin/ray", "start"]
     assert f"--address={GCS}" in argv and "--node-ip-address=127.0.0.5" in argv
@@ -127,6 +130,33 @@ def test_offline_and_probe_refuse_hostile_paths(value: str) -> None:
         commands.probe(value)
     with pytest.raises(InputError, match="refused"):
         commands.offline(None, ray_bin=value)
+
+
+def test_a_venvs_ray_starts_with_its_bin_first_on_path(tmp_path: Path) -> None:
+    """The node's dashboard agent finds py-spy (stack dumps) on PATH only: run the wrapper for real."""
+    argv = commands.ray_start_worker(**start_kwargs(ray_bin=str(tmp_path / "bin" / "ray")))
+    wrapper = argv[:argv.index("timeout")]
+    shown = subprocess.run([*wrapper, "sh", "-c", 'echo "$PATH"; echo "$#" "$1"', "x", "a b"],
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    assert shown[0].startswith(f"{tmp_path}/bin:") and shown[0].endswith(os.environ["PATH"])
+    assert shown[1] == "1 a b"  # every argument passed on as it was
+    assert commands.ray_start_worker(**start_kwargs(ray_bin="ray"))[0] == "timeout"  # a ray on PATH: as it is
+
+
+def test_the_probe_finds_py_spy_beside_ray_or_on_path(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    spy = bin_dir / "py-spy"
+    spy.write_text("#!/bin/sh\n")
+    spy.chmod(0o755)
+    find = commands.probe(ray_bin=str(bin_dir / "ray"))["py_spy"]
+    assert subprocess.run(find, capture_output=True, text=True).stdout.strip() == str(spy)
+    spy.unlink()
+    empty_path = {"PATH": str(tmp_path / "nothing")}
+    missing = subprocess.run(["/bin/sh", *find[1:]], capture_output=True, text=True, env=empty_path)
+    assert missing.returncode == 0 and missing.stdout.strip() == ""
+    with pytest.raises(InputError):
+        commands.probe(ray_bin="ray; reboot")
 
 
 def test_probe_commands() -> None:

@@ -62,6 +62,8 @@ def test_a_node_joins_over_ssh_is_drained_and_taken_offline(
     started = processes_with(temp_dir)
     assert started, "the worker started over SSH has no process with its temp dir"
     tree = started + [c for p in started for c in p.children(recursive=True)]
+    # started with the ray's bin first on PATH, so its dashboard agent finds py-spy for stack dumps
+    assert started[0].environ()["PATH"].split(":")[0] == str(Path(spec.ray_bin).parent)
 
     probed = nodes.probe(spec.name, disk_path=temp_dir)
     assert probed.ok, probed.message
@@ -69,6 +71,7 @@ def test_a_node_joins_over_ssh_is_drained_and_taken_offline(
     assert probed.data["cpus"] >= 1 and probed.data["memory_total_bytes"] > 0
     assert probed.data["disk"]["total_bytes"] > 0 and probed.data["disk"]["mount"].startswith("/")
     assert probed.data["nvidia_smi"] in {"absent", "present"}
+    assert probed.data["py_spy"] == str(Path(spec.ray_bin).parent / "py-spy")  # the venv's, beside its ray
     assert registry.get(spec.name).state is NodeState.ONLINE  # a probe changes nothing
 
     drained = nodes.drain(spec.name, actor="bob", reason="xid 79 on gpu 0")
