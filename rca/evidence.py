@@ -26,6 +26,7 @@ from core.types import Finding, Incident
 from detectors.engine import RuleMatch, RuleSet
 from detectors.stall import DEFAULT_PATTERNS as PROGRESS_PATTERNS
 from rca.classify import Classification, classify, classify_logs, clip_text
+from rca.collapse import groups, shape, varies
 from rca.redact import Redactor
 
 CHARS_PER_TOKEN = 4
@@ -77,6 +78,15 @@ class EvidenceLine(BaseModel):
     text: str
     at: datetime | None = None
     why: str  # the rule that matched it, "finding", or "progress"
+    repeats: int = 1  # lines of this shape collapsed into this one, the first of them (rca/collapse.py)
+    varies: str | None = None  # what changed across them: "21–24 s"
+    last_at: datetime | None = None  # the time of the last of them, where known
+
+    def repeated(self) -> str:
+        """" (×4, 21–24 s; the first shown)" for a collapsed line, "" for a single one."""
+        if self.repeats < 2:
+            return ""
+        return f" (×{self.repeats}{f', {self.varies}' if self.varies else ''}; the first shown)"
 
 
 class LogWindow(BaseModel):
@@ -156,7 +166,7 @@ class EvidenceBuilder:
 
         bundle = EvidenceBundle(
             incident=red.redact_data(_incident_brief(incident)),
-            findings=[red.redact_data(_finding_brief(f)) for f in findings[:10]],
+            findings=_findings_collapsed([red.redact_data(_finding_brief(f)) for f in findings[:10]]),
             verdict={"category": verdict.category.value, "reason": verdict.reason, "confidence": verdict.confidence,
                      "summary": red.redact(verdict.summary), "action": verdict.recommended_action},
             decided_by=logs[decided].name if decided is not None else None,
@@ -179,6 +189,7 @@ class EvidenceBuilder:
                     continue
                 refs.append(EvidenceLine(ref=len(refs) + 1, source=ev.source, line=ev.line,
                                          text=_clip(red.redact(ev.text)), at=ev.at, why=f"finding {finding.reason}"))
+        refs = _collapsed(refs)
         for ref in refs:
             if not budget.take(ref.model_dump_json()):
                 bundle.omitted.append(f"{len(refs) - len(bundle.evidence)} evidence lines (token budget)")
@@ -295,6 +306,36 @@ class _Budget:
             return False
         self.used += cost
         return True
+
+
+def _findings_collapsed(briefs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Findings of one detector about one subject that differ only in numbers and times, as the first of them with
+    "repeats" and "varies" (as evidence lines are)."""
+    by_key: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for b in briefs:
+        by_key.setdefault((b["category"], b["reason"], b["subject"], shape(b["summary"])), []).append(b)
+    out = []
+    for group in by_key.values():
+        first = group[0]
+        if len(group) > 1:
+            first = {**first, "repeats": len(group), "varies": varies([b["summary"] for b in group]),
+                     "last_seen": group[-1]["first_seen"]}
+        out.append(first)
+    return out
+
+
+def _collapsed(refs: list[EvidenceLine]) -> list[EvidenceLine]:
+    """Lines that differ only in numbers and timestamps as one line, the first, with the count and the range; the
+    refs numbered again."""
+    out: list[EvidenceLine] = []
+    for group in groups(refs):
+        first = group[0]
+        if len(group) > 1:
+            times = [e.at for e in group if e.at is not None]
+            first = first.model_copy(update={"repeats": len(group), "varies": varies([e.text for e in group]),
+                                             "last_at": max(times) if times else None})
+        out.append(first.model_copy(update={"ref": len(out) + 1}))
+    return out
 
 
 def _clip(text: str) -> str:

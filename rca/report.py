@@ -151,7 +151,7 @@ def render(inp: ReportInput) -> Report:
         for e in bundle.evidence:
             where = f"{e.source}:{e.line}" if e.line else e.source
             mark = " (cited by the LLM)" if e.ref in inp.cited else ""
-            md.append(f"{e.ref}. `{_code(where)}` ({e.why}){mark}")
+            md.append(f"{e.ref}. `{_code(where)}` ({e.why}){_inline(e.repeated())}{mark}")
             md.append(f"   `{_code(e.text)}`")
     else:
         md.append("No log line matched a failure signature.")
