@@ -26,6 +26,7 @@ them together is what keeps the two users from drifting apart again. Imports not
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -79,8 +80,12 @@ _ATOMIC_GROUP = getattr(_sre, "ATOMIC_GROUP", None)
 # --- reading a pattern -----------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_pattern(pattern: str) -> Any:
-    """The parse tree `re` builds for `pattern` (raises re.error like re.compile)."""
+    """The parse tree `re` builds for `pattern` (raises re.error like re.compile).
+
+    Cached: a stream scan builds its gate from every rule's pattern, once per stream; callers only read the tree.
+    """
     return _sre_parse.parse(pattern)
 
 
