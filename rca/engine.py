@@ -10,6 +10,7 @@ observation, because it says why (an OOM kill is why the node was lost); the ech
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -20,13 +21,14 @@ from core.types import Action, Category, Finding, Incident, Report
 from detectors.engine import RuleSet
 from detectors.job_failure import UNMATCHED_REASON
 from rca.classify import Classification, clip_text, tier
-from rca.evidence import EvidenceBuilder, LogSource, MetricsReader
+from rca.evidence import EvidenceBuilder, EvidenceBundle, LogSource, MetricsReader
+from rca.grounding import Dropped, Evidence, ground
 from rca.redact import Redactor
 from rca.report import ReportInput, impact_of, render
 from rca.verdict import decide
 
 if TYPE_CHECKING:
-    from rca.llm import LlmWriter  # langchain loads only where an LLM is configured
+    from rca.llm import LlmAnalysis, LlmWriter  # langchain loads only where an LLM is configured
 
 
 class RcaEngine:
@@ -70,6 +72,7 @@ class RcaEngine:
         bundle.redactions = redactor.count
         outcome = decision = None
         cited: tuple[int, ...] = ()
+        dropped: list[Dropped] = []
         if self.writer is not None and use_llm:
             outcome = self.writer.analyze(bundle)
             if outcome.ok and outcome.analysis is not None:
@@ -78,6 +81,8 @@ class RcaEngine:
                 texts = [line.text for line in lines.values()]
                 decision = decide(verdict, outcome.analysis.category, outcome.analysis.confidence, texts, self.rules,
                                   detected=observed)
+                grounded, dropped = grounded_prose(outcome.analysis, evidence_of(bundle, incident, findings))
+                outcome = replace(outcome, analysis=grounded)
         # Where the job's GPUs were: the incident's own attrs, else the newest finding that knew (a later finding
         # may have been filed once the placement was seen).
         placement = placement_of(incident.attrs) or next(
@@ -87,7 +92,7 @@ class RcaEngine:
         bundle.redactions = redactor.count
         return render(ReportInput(incident=incident, bundle=bundle, verdict=verdict, impact=impact, actions=actions,
                                   llm=outcome, decision=decision, llm_configured=self.writer is not None,
-                                  cited=cited, redact=redactor.redact))
+                                  cited=cited, redact=redactor.redact, dropped=tuple(dropped)))
 
     def deterministic(self, incident: Incident, findings: Sequence[Finding],
                       from_logs: Classification) -> tuple[Classification, bool]:
@@ -103,3 +108,23 @@ class RcaEngine:
         return Classification(category=best.category, reason=best.reason, summary=summary, evidence=evidence,
                               confidence=round(best.confidence, 2),
                               recommended_action=best.recommended_action or from_logs.recommended_action), True
+
+
+def evidence_of(bundle: EvidenceBundle, incident: Incident, findings: Sequence[Finding]) -> Evidence:
+    """All the LLM's prose may rest on: the bundle (not its bookkeeping), the incident's and findings' own fields."""
+    texts = [bundle.model_dump_json(exclude={"token_budget", "tokens_used", "redactions", "omitted", "logs_read"}),
+             json.dumps(incident.attrs, default=str), incident.summary]
+    times = [incident.first_seen, incident.detected_at]
+    for f in findings:
+        texts += [f.summary, json.dumps(f.attrs, default=str), *(e.text for e in f.evidence)]
+        times += [f.first_seen, *(e.at for e in f.evidence if e.at is not None)]
+    for e in [*bundle.evidence, *([bundle.last_progress] if bundle.last_progress else [])]:
+        times += [t for t in (e.at, e.last_at) if t is not None]
+    return Evidence(texts, times)
+
+
+def grounded_prose(analysis: LlmAnalysis, evidence: Evidence) -> tuple[LlmAnalysis, list[Dropped]]:
+    """The LLM's summary and root cause without the sentences that state what the evidence does not show."""
+    summary, left_summary = ground("summary", analysis.summary, evidence)
+    root_cause, left_cause = ground("root_cause", analysis.root_cause, evidence)
+    return analysis.model_copy(update={"summary": summary, "root_cause": root_cause}), left_summary + left_cause

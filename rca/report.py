@@ -26,6 +26,7 @@ from core.steps import said
 from core.types import Action, Incident, Report
 from rca.classify import Classification
 from rca.evidence import EvidenceBundle
+from rca.grounding import Dropped, told
 from rca.llm import LlmAnalysis, LlmOutcome
 from rca.verdict import CATEGORY_MEANINGS, Decision
 
@@ -116,6 +117,7 @@ class ReportInput:
     llm_configured: bool = False
     cited: tuple[int, ...] = field(default_factory=tuple)  # the LLM's refs that exist in the bundle
     redact: Callable[[str], str] | None = None  # for the steps' own words (the report's Redactor)
+    dropped: tuple[Dropped, ...] = ()  # sentences of the LLM's prose no evidence shows (rca/grounding.py)
 
 
 def render(inp: ReportInput) -> Report:
@@ -124,7 +126,9 @@ def render(inp: ReportInput) -> Report:
     accepted = analysis is not None and inp.decision is not None and inp.decision.accepted
     category = inp.decision.category if inp.decision else verdict.category
     confidence = inp.decision.confidence if inp.decision else verdict.confidence
-    summary = analysis.summary if accepted and analysis is not None else verdict.summary
+    summary = analysis.summary if accepted and analysis is not None and analysis.summary else verdict.summary
+    root_cause = analysis.root_cause if accepted and analysis is not None and analysis.root_cause else verdict.summary
+    left_out = told(list(inp.dropped)) if accepted else []
     subject = inp.impact.label or label_of(incident)
 
     md: list[str] = [f"# {category.value} on {_inline(subject)} ({incident.id})", ""]
@@ -132,15 +136,13 @@ def render(inp: ReportInput) -> Report:
 
     md += ["## Root cause", "", f"**Category:** `{category.value}` ({CATEGORY_MEANINGS[category]}). "
            f"**Confidence:** {confidence:.2f}.", ""]
-    if accepted and analysis is not None:
-        md += [_para(analysis.root_cause), ""]
-    else:
-        md += [_para(verdict.summary), ""]
+    md += [_para(root_cause), ""]
     if verdict.reason:
         md.append(f"Deciding signature: `{verdict.reason}`" + (f" in `{_code(bundle.decided_by)}`." if bundle.decided_by
                                                                  else "."))
     if inp.decision is not None:
         md.append(f"LLM review: {inp.decision.note}.")
+        md += [f"LLM prose check: {_inline(line)}." for line in left_out]
     elif inp.llm is not None and not inp.llm.ok:
         md.append(f"The LLM ({inp.llm.model}) could not write this report: {_inline(inp.llm.error or '')}. "
                   "This is the rule engine's report.")
@@ -229,13 +231,15 @@ def render(inp: ReportInput) -> Report:
         "category": category.value,
         "confidence": confidence,
         "summary": summary,
-        "root_cause": analysis.root_cause if accepted and analysis else verdict.summary,
+        "root_cause": root_cause,
         "rule": verdict.reason,
         "deterministic": {"category": verdict.category.value, "confidence": verdict.confidence},
         "llm": None if inp.llm is None else {
             "model": inp.llm.model, "ok": inp.llm.ok, "seconds": inp.llm.seconds, "error": inp.llm.error,
             "category": analysis.category if analysis else None,
             "accepted": bool(accepted), "note": inp.decision.note if inp.decision else None,
+            "left_out": [{"field": d.field, "sentence": d.sentence, "claims": list(d.claims)}
+                         for d in (inp.dropped if accepted else ())],
         },
         "evidence": [e.model_dump(mode="json") for e in bundle.evidence],
         "timeline": [{"at": w, "event": e} for w, e in _timeline(inp, analysis if accepted else None)],

@@ -158,17 +158,19 @@ def test_an_overruled_llm_leaves_the_rule_engines_report_and_says_why() -> None:
     assert "LLM review: the LLM proposed nccl_hang; rejected" in report.markdown
     assert "NCCL_DEBUG" not in report.markdown
     assert report.data["llm"] == {"model": "fixed", "ok": True, "seconds": 1.5, "error": None,
-                                  "category": "nccl_hang", "accepted": False, "note": report.data["llm"]["note"]}
+                                  "category": "nccl_hang", "accepted": False, "note": report.data["llm"]["note"],
+                                  "left_out": []}
 
 
 def test_an_agreeing_llm_writes_the_prose_and_its_citations_are_marked() -> None:
-    good = LlmAnalysis(category="gpu_oom", summary="Rank 3 ran out of GPU memory at step 42.",
+    good = LlmAnalysis(category="gpu_oom", summary="Rank 3 ran out of GPU memory after step 41.",
                        root_cause="A 2.00 GiB allocation failed on GPU 3; the other ranks then timed out.",
                        timeline=[{"at": "11:59:58", "event": "rank 3 CUDA OOM"}], next_steps=["Halve the micro-batch"],
                        evidence_refs=[1, 99], confidence=0.9)
     report = engine(FixedWriter(good)).report(incident(), [finding("JobFailed", Category.UNKNOWN, "x")], [OOM_LOG])
     assert report.generator == "llm:fixed" and report.category is Category.GPU_OOM
-    assert "Rank 3 ran out of GPU memory at step 42." in report.markdown
+    assert "Rank 3 ran out of GPU memory after step 41." in report.markdown
+    assert "LLM prose check" not in report.markdown and report.data["llm"]["left_out"] == []
     assert "(cited by the LLM)" in report.markdown and "Halve the micro" in report.markdown
 
 
