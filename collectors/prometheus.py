@@ -17,6 +17,15 @@ from core.types import Signal, SignalKind, Subject, SubjectKind, utcnow
 _HINT = "check that Prometheus is running and that ARGUS_PROMETHEUS_URL points at it (http://<host>:9090)"
 
 
+def _retry() -> Any:
+    """The library's retry (3 tries, on 408/429/5xx), less its waits on a refused connection: those slept 2 s, then
+    4 s, so a down Prometheus held each query 6 s (each daemon tick, and Ctrl-C behind it); the next tick is the
+    retry. Answers that ask for a retry still get one, after a short back-off."""
+    from urllib3.util.retry import Retry
+
+    return Retry(total=3, connect=0, backoff_factor=0.2, status_forcelist=[408, 429, 500, 502, 503, 504])
+
+
 class PrometheusClient:
     """The queries Argus makes, over prometheus-api-client, with its errors wrapped into ours."""
 
@@ -25,7 +34,7 @@ class PrometheusClient:
 
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        self._prom = connect or PrometheusConnect(url=self.url, disable_ssl=True, timeout=timeout_s)
+        self._prom = connect or PrometheusConnect(url=self.url, disable_ssl=True, timeout=timeout_s, retry=_retry())
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         """An instant query: a list of {"metric": labels, "value": [ts, "v"]}."""
