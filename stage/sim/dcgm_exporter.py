@@ -390,7 +390,7 @@ class DcgmExporterSim:
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever,
-            kwargs={"poll_interval": 0.2},
+            kwargs={"poll_interval": 0.05},  # stop() waits up to one interval
             name=f"dcgm-sim-{self.hostname}",
             daemon=True,
         )
