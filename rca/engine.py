@@ -20,6 +20,7 @@ from core.names import placement_of
 from core.types import Action, Category, Finding, Incident, Report
 from detectors.engine import RuleSet
 from detectors.job_failure import UNMATCHED_REASON
+from rca.actions import ActionCatalog, Chosen, load_catalog
 from rca.classify import Classification, clip_text, tier
 from rca.evidence import EvidenceBuilder, EvidenceBundle, LogSource, MetricsReader
 from rca.grounding import Dropped, Evidence, ground
@@ -40,12 +41,14 @@ class RcaEngine:
         writer: LlmWriter | None = None,
         metrics: MetricsReader | None = None,
         token_budget: int = 6000,
+        catalog: ActionCatalog | None = None,
     ) -> None:
         self.rules = rules
         self.redactor = redactor
         self.writer = writer
         self.metrics = metrics
         self.token_budget = token_budget
+        self.catalog = catalog or load_catalog()
         self._log_reasons = {rule.reason for rule in rules.rules} | {UNMATCHED_REASON}
 
     def report(
@@ -70,6 +73,8 @@ class RcaEngine:
         bundle.verdict.update(category=verdict.category.value, reason=verdict.reason, confidence=verdict.confidence,
                               summary=verdict.summary)
         bundle.redactions = redactor.count
+        bundle.actions = [{"id": a.id, "text": a.text} for a in self.catalog.for_verdict(verdict.category,
+                                                                                          verdict.reason)]
         outcome = decision = None
         cited: tuple[int, ...] = ()
         dropped: list[Dropped] = []
@@ -87,12 +92,17 @@ class RcaEngine:
         # may have been filed once the placement was seen).
         placement = placement_of(incident.attrs) or next(
             (p for f in reversed(findings) if (p := placement_of(f.attrs))), ())
+        accepted = decision is not None and decision.accepted and outcome is not None and outcome.analysis is not None
+        final = decision.category if decision else verdict.category
+        chosen: Chosen = self.catalog.choose(
+            final, verdict.reason if final is verdict.category else None,
+            outcome.analysis.next_steps if accepted and outcome is not None and outcome.analysis else None)
         impact = impact_of(incident, bundle, last_checkpoint_at=last_checkpoint_at,
                            placement=placement).redacted(redactor.redact)
         bundle.redactions = redactor.count
         return render(ReportInput(incident=incident, bundle=bundle, verdict=verdict, impact=impact, actions=actions,
                                   llm=outcome, decision=decision, llm_configured=self.writer is not None,
-                                  cited=cited, redact=redactor.redact, dropped=tuple(dropped)))
+                                  cited=cited, redact=redactor.redact, dropped=tuple(dropped), chosen=chosen))
 
     def deterministic(self, incident: Incident, findings: Sequence[Finding],
                       from_logs: Classification) -> tuple[Classification, bool]:

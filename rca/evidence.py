@@ -122,6 +122,7 @@ class EvidenceBundle(BaseModel):
     job: dict[str, Any] = Field(default_factory=dict)
     logs_read: list[str] = Field(default_factory=list)
     omitted: list[str] = Field(default_factory=list)
+    actions: list[dict[str, str]] = Field(default_factory=list)  # the catalog's for the verdict: id, text
     redactions: int = 0
     token_budget: int
     tokens_used: int = 0

@@ -47,7 +47,8 @@ class LlmAnalysis(BaseModel):
     summary: str = Field(max_length=800, description="two sentences at most")
     root_cause: str = Field(max_length=2000)
     timeline: list[TimelineEntry] = Field(default_factory=list, max_length=15)
-    next_steps: list[str] = Field(default_factory=list, max_length=8)
+    next_steps: list[str] = Field(default_factory=list, max_length=8,
+                                  description="ids of the RECOMMENDED ACTIONS offered, most useful first")
     evidence_refs: list[int] = Field(default_factory=list, max_length=30)
     confidence: float = Field(ge=0.0, le=1.0)
 

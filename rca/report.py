@@ -24,6 +24,7 @@ from core.refs import refs_of
 from core.signal_keys import JOB_NAME, OWNER
 from core.steps import said
 from core.types import Action, Incident, Report
+from rca.actions import Chosen
 from rca.classify import Classification
 from rca.evidence import EvidenceBundle
 from rca.grounding import Dropped, told
@@ -117,6 +118,7 @@ class ReportInput:
     llm_configured: bool = False
     cited: tuple[int, ...] = field(default_factory=tuple)  # the LLM's refs that exist in the bundle
     redact: Callable[[str], str] | None = None  # for the steps' own words (the report's Redactor)
+    chosen: Chosen | None = None  # the catalog's recommended actions (rca/actions.py), in the LLM's order if it chose
     dropped: tuple[Dropped, ...] = ()  # sentences of the LLM's prose no evidence shows (rca/grounding.py)
 
 
@@ -200,12 +202,17 @@ def render(inp: ReportInput) -> Report:
     md.append("")
 
     md += ["## Recommended actions", ""]
-    steps = list(analysis.next_steps) if accepted and analysis else []
+    steps = [a.text for a in inp.chosen.actions] if inp.chosen else []
     if verdict.recommended_action and category is verdict.category:
         steps.insert(0, verdict.recommended_action)
     elif incident.recommended_action:
         steps.insert(0, incident.recommended_action)
     md += [f"{i}. {_inline(s)}" for i, s in enumerate(dict.fromkeys(steps), start=1)] or ["None known."]
+    refused = list(inp.chosen.refused) if inp.chosen and accepted else []
+    if refused:
+        shown = "; ".join(f"'{_inline(_cut(s, 80))}'" for s in refused[:3])
+        md += ["", f"{len(refused)} of the LLM's next steps {'was' if len(refused) == 1 else 'were'} left out: "
+               f"not in the action catalog (rca/actions.yaml): {shown}."]
     md.append("")
 
     md += actions_section(inp.actions, inp.redact)
@@ -240,11 +247,13 @@ def render(inp: ReportInput) -> Report:
             "accepted": bool(accepted), "note": inp.decision.note if inp.decision else None,
             "left_out": [{"field": d.field, "sentence": d.sentence, "claims": list(d.claims)}
                          for d in (inp.dropped if accepted else ())],
+            "refused_steps": refused,
         },
         "evidence": [e.model_dump(mode="json") for e in bundle.evidence],
         "timeline": [{"at": w, "event": e} for w, e in _timeline(inp, analysis if accepted else None)],
         "impact": inp.impact.as_dict(),
         "recommended_actions": list(dict.fromkeys(steps)),
+        "recommended_action_ids": [a.id for a in inp.chosen.actions] if inp.chosen else [],
         "actions": actions_data(inp.actions, inp.redact),
         "redactions": bundle.redactions,
         "omitted": bundle.omitted,

@@ -159,7 +159,7 @@ def test_an_overruled_llm_leaves_the_rule_engines_report_and_says_why() -> None:
     assert "NCCL_DEBUG" not in report.markdown
     assert report.data["llm"] == {"model": "fixed", "ok": True, "seconds": 1.5, "error": None,
                                   "category": "nccl_hang", "accepted": False, "note": report.data["llm"]["note"],
-                                  "left_out": []}
+                                  "left_out": [], "refused_steps": []}
 
 
 def test_an_agreeing_llm_writes_the_prose_and_its_citations_are_marked() -> None:
@@ -171,7 +171,11 @@ def test_an_agreeing_llm_writes_the_prose_and_its_citations_are_marked() -> None
     assert report.generator == "llm:fixed" and report.category is Category.GPU_OOM
     assert "Rank 3 ran out of GPU memory after step 41." in report.markdown
     assert "LLM prose check" not in report.markdown and report.data["llm"]["left_out"] == []
-    assert "(cited by the LLM)" in report.markdown and "Halve the micro" in report.markdown
+    assert "(cited by the LLM)" in report.markdown
+    # a free-text next step is no id of the action catalog: left out, and the report says so
+    assert "1 of the LLM's next steps was left out: not in the action catalog" in report.markdown
+    assert report.data["llm"]["refused_steps"] == ["Halve the micro-batch"]
+    assert "Halve the micro" not in report.markdown.split("## Recommended actions")[1].split("left out")[0]
 
 
 def test_a_failed_llm_gives_the_complete_deterministic_report() -> None:
