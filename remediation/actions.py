@@ -50,6 +50,7 @@ from core.jobfolder import JobFolder, JobFolders
 from core.lineage import Lineage, resubmission_id
 from core.refs import refs_of
 from core.types import ActionState, Incident, utcnow
+from detectors.hang_stacks import RankStack, localize, place_of
 from detectors.timestamps import parse_iso
 from remediation.resume import exit_status_is_the_trainers, plan_resume
 
@@ -137,22 +138,26 @@ def keep_scene(ctx: Context, incident: Incident, params: dict[str, Any], dry_run
                        folders=[str(f) for f in folders])
     problems: list[str] = []
     written: dict[str, list[str]] = {}
+    stuck: list[str] = []
     jobs: list[str | None] = [*sids] or [None]  # no job: one scene folder for the incident
     for folder, sid in zip(folders, jobs, strict=False):
         scene = _Scene(folder)
         scene.json("incident.json", {"incident": incident.model_dump(mode="json"),
                                      "findings": [f.model_dump(mode="json") for f in _findings(ctx, incident)]})
         if sid is not None:
-            _job_scene(ctx, scene, sid)
+            if said := _job_scene(ctx, scene, sid):
+                stuck.append(f"{sid}: {said}")
         _node_scene(ctx, scene, incident)
         scene.json("manifest.json", {"incident": incident.id, "job": sid, "kept_at": ctx.clock().isoformat(),
                                      "files": scene.files, "problems": scene.problems})
         written[str(folder)] = scene.files
         problems += scene.problems
     message = f"scene kept in {', '.join(written)} ({sum(len(v) for v in written.values())} files)"
+    if stuck:
+        message += f"; the ranks' stacks: {'; '.join(stuck)[:600]}"
     if problems:
         message += f"; could not get: {'; '.join(problems)[:600]}"
-    return done(message, folders=list(written), problems=problems)
+    return done(message, folders=list(written), problems=problems, stacks=stuck)
 
 
 class _Scene:
@@ -194,7 +199,8 @@ def ray_list(ctx: Context, fn: str, **kwargs: Any) -> list[dict[str, Any]]:
     return [plain_dict(x) for x in api.call(fn, **kwargs)]
 
 
-def _job_scene(ctx: Context, scene: _Scene, sid: str) -> None:
+def _job_scene(ctx: Context, scene: _Scene, sid: str) -> str | None:
+    """The job's part of the scene; returns what its ranks' stacks say of a hang (None without stacks)."""
     folder = ctx.folders.of(sid)
     info = scene.attempt("the job from Ray", lambda: ctx.jobs.client.get_job_info(sid))
     job_id = getattr(info, "job_id", None)
@@ -213,7 +219,7 @@ def _job_scene(ctx: Context, scene: _Scene, sid: str) -> None:
         scene.text("logs/driver-tail.log", tail)
     if not job_id:
         scene.problems.append("Ray's job id (the job is unknown to Ray): no actors, tasks or stacks")
-        return
+        return None
     actors = scene.attempt("actors", lambda: ray_list(ctx, "list_actors", filters=[("job_id", "=", job_id)],
                                                     detail=True)) or []
     scene.json("ray/actors.json", actors)
@@ -226,10 +232,36 @@ def _job_scene(ctx: Context, scene: _Scene, sid: str) -> None:
     driver = getattr(info, "driver_info", None)
     if driver is not None and getattr(driver, "pid", None):
         targets.insert(0, ("driver", int(driver.pid), getattr(driver, "node_id", None) or info.driver_node_id))
+    dumps: list[tuple[str, int, str | None, str]] = []
     for label, pid, node_id in targets[:MAX_STACKS]:
+        problems = len(scene.problems)
         stack = scene.attempt(f"stack of {label} pid {pid}", partial(_traceback, ctx, pid, node_id))
         if stack is not None:
             scene.text(f"stacks/{_safe(label)}-{pid}.txt", stack)
+        dumps.append((label, int(pid), node_id, stack if stack is not None else scene.problems[problems]))
+    return _localize(ctx, scene, dumps)
+
+
+def _localize(ctx: Context, scene: _Scene, dumps: list[tuple[str, int, str | None, str]]) -> str | None:
+    """Which rank holds the job up (detectors/hang_stacks.py), written as stacks/localization.json; its sentence.
+
+    The ranks are the actors of one class (a job's ranks share their worker class): the class some actors wait
+    in a collective in, else the most numerous one. The driver and helper actors of other classes are not
+    ranks: a driver waiting on ray.get is never a culprit."""
+    by_class: dict[str, list[RankStack]] = {}
+    ips = {n.get("node_id"): n.get("node_ip") for n in scene.attempt(
+        "Ray's node list", lambda: ray_list(ctx, "list_nodes", detail=True)) or []}
+    for label, pid, node_id, text in dumps:
+        if label != "driver":
+            by_class.setdefault(label, []).append(RankStack(f"{label} pid {pid}", pid, ips.get(node_id) or node_id,
+                                                            text))
+    if not by_class:
+        return None
+    waiting = [c for c, ranks in by_class.items() if any(place_of(r).kind == "collective" for r in ranks)]
+    ranks = by_class[waiting[0] if waiting else max(by_class, key=lambda c: len(by_class[c]))]
+    found = localize(ranks)
+    scene.json("stacks/localization.json", found.as_json())
+    return found.sentence
 
 
 def _traceback(ctx: Context, pid: int, node_id: str | None) -> str:

@@ -11,6 +11,7 @@ min_stall_s=5 instead of 60 so the test is short.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import uuid
@@ -21,10 +22,15 @@ from typing import Any
 import pytest
 
 from collectors.ray_state import RayStateCollector
+from control.jobs import JobController
+from control.local import LocalRunner
+from control.nodes import MemoryNodeRegistry
 from core.types import Category, Finding, Signal, SignalKind, Subject, SubjectKind, utcnow
 from detectors.stall import StallDetector
+from remediation.actions import Context, keep_scene
 from stage.localstack.jobs import JOBS_DIR
 from stage.localstack.ray_cluster import RayCluster
+from tests.support import make_incident
 
 pytest.importorskip("torch", reason="the stall test needs torch==2.13.0 (CPU build): pip install -e .[dev]")
 
@@ -144,7 +150,12 @@ def stop(client: Any, submission_id: str) -> None:
         time.sleep(0.5)
 
 
-def test_stalled_rank_is_found_long_before_the_collective_timeout(ray_cluster: RayCluster) -> None:
+def scene_context(cluster: RayCluster, shared: Path) -> Context:
+    return Context(jobs=JobController(cluster.dashboard_url, shared), registry=MemoryNodeRegistry(), nodes=None,
+                   dashboard_url=cluster.dashboard_url, gcs_address=cluster.gcs_address, local=LocalRunner())
+
+
+def test_stalled_rank_is_found_long_before_the_collective_timeout(ray_cluster: RayCluster, tmp_path: Path) -> None:
     client, sid = submit(ray_cluster, "--steps", "100000", "--stall-after", "12", "--interval-start", "0.5",
                          "--interval-end", "0.5", "--timeout", str(GLOO_TIMEOUT_S))
     watch = Watch(ray_cluster, sid, StallDetector(min_stall_s=5, factor=3))
@@ -163,6 +174,19 @@ def test_stalled_rank_is_found_long_before_the_collective_timeout(ray_cluster: R
         assert watch.tail.lines[last.line - 1].endswith("step 12 loss=0.0833")
         assert finding.attrs["step_interval_s"] is not None
         assert finding.attrs["stalled_s"] >= finding.attrs["threshold_s"] >= 5  # both rounded to 0.1 s
+
+        # The scene names the stuck rank from every rank's py-spy stack: rank 1 (on worker 2) sleeps outside the
+        # collective rank 0 waits in.
+        kept = keep_scene(scene_context(ray_cluster, tmp_path), make_incident(
+            id="inc-5ca1ab1e0000", category=Category.NCCL_HANG, subject=Subject(kind=SubjectKind.JOB, id=sid),
+            summary="stalled", reason="stalled"), {}, dry_run=False)
+        local = json.loads((tmp_path / "jobs" / sid / "scene" / "inc-5ca1ab1e0000" / "stacks" /
+                            "localization.json").read_text())
+        [culprit] = local["culprits"]
+        assert culprit["node"] == ray_cluster.worker(2).ip and culprit["frame"].startswith("Rank.train (gloo_steps.py:")
+        assert [w["words"] for w in local["waiting"]] == ["waits in all_reduce"]
+        assert "is blocked outside the collective, in Rank.train (gloo_steps.py:" in kept.message
+        assert "1 other rank waits in all_reduce" in kept.message
 
         # It keeps firing, as the same incident, while the hang lasts.
         again = watch.until("the finding again", lambda found: found, 30)
