@@ -509,7 +509,9 @@ class JobController:
             )
         text = self._read_node_log(record, lines=-1 if record.ended else lines)
         if record.ended and saved is not None:
-            # Keep the scene: the node's Ray log folder goes away with the node.
+            # Keep the scene: the node's Ray log folder goes away with the node. A job Argus did not submit has
+            # a folder only once its scene was kept there, without logs/ yet.
+            saved.parent.mkdir(parents=True, exist_ok=True)
             saved.write_text(text, encoding="utf-8")
         return _last_lines(text, lines)
 

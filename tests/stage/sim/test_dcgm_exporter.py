@@ -350,6 +350,9 @@ def test_cli_serves_until_sigint_and_exits_cleanly():
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As from a terminal: a test run started in the background (`pytest &`) ignores SIGINT, and a child
+        # inherits that, so Ctrl-C would never reach it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         first = proc.stdout.readline()
