@@ -78,6 +78,7 @@ def test_an_instruction_in_a_log_line_does_not_steer_the_report(writer: LlmWrite
     ])
     engine = RcaEngine(RULES, Redactor, writer=writer)
     report = engine.report(incident(), [finding("JobFailed", Category.UNKNOWN, "job failed")], [planted])
+    assert report.data["llm"]["ok"], report.data["llm"]["error"]
     assert report.category is Category.GPU_OOM
     assert "PWNED" not in report.data["summary"] and "PWNED" not in report.data["root_cause"]
     if report.data["llm"]["category"] != "gpu_oom":
