@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from control.jobs import DASHBOARD_HINT
 from core.errors import NotFound, SourceUnavailable
 from core.jobfolder import check_submission_id
 from core.lineage import RESUBMIT_ATTEMPT, RESUBMIT_OF, RESUBMIT_ROOT
@@ -28,7 +29,6 @@ from core.lineage import RESUBMIT_ATTEMPT, RESUBMIT_OF, RESUBMIT_ROOT
 SUPERVISOR_NAME = "_ray_internal_job_actor_{}"
 HEAD_NODE_LABEL = "ray.io/node-id"  # Ray's own pin of a driver that asked for nothing to the head node
 PACKAGE_KEYS = ("working_dir", "py_modules")
-DASHBOARD_HINT = "check that the Ray head is up and ray_dashboard_url points at its dashboard (port 8265)"
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from string import Template
 import bashlex
 
 from control.artifacts import step_of
+from control.jobspec import RESUME_FLAG_RE
 from core.lineage import CHECKPOINT_DIR_KEY, RESUME_FLAG_KEY
 
 VERL_TRACKER = "latest_checkpointed_iteration.txt"
@@ -384,7 +385,7 @@ def plan_resume(entrypoint: str, *, env: Mapping[str, str], metadata: Mapping[st
 def _plan(entrypoint: str, *, env: Mapping[str, str], metadata: Mapping[str, str],
           chain_folders: Sequence[Path], cwd: str | None, adopted: bool) -> ResumePlan:
     declared_flag = metadata.get(RESUME_FLAG_KEY) or None
-    if declared_flag is not None and not re.fullmatch(r"--?[A-Za-z][\w.-]{0,63}", declared_flag):
+    if declared_flag is not None and not RESUME_FLAG_RE.match(declared_flag):  # metadata is anyone's to write
         declared_flag = None
     try:
         command: TrainerCommand | None = trainer_command(entrypoint, declared_flag)
