@@ -67,6 +67,9 @@ ARGUS_SETTINGS: dict[str, Any] = {  # as the demo: a 1 s loop, a 20 s stall floo
     "remediation_interval_s": 1.0,
     "log_level": "INFO",
 }
+# Where the resumable training job's driver runs: worker 1 (the stage's custom resource), never worker 2, whose planned
+# restart for the host OOM drains it and would wait on the driver. Its resubmissions keep the pin (the JobSpec's).
+TRAIN_DRIVER_RESOURCES = {"worker1": 0.001}
 OLD_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
            "79.15 GiB of which 18.00 MiB is free.")
 
@@ -236,6 +239,21 @@ class Soak:
         answer = httpx.get(f"{self.cluster.dashboard_url}/api/jobs/{sid}", timeout=10)
         return answer.json().get("driver_node_id") if answer.status_code == 200 else None
 
+    def _rank_node(self, sid: str, timeout: float = 0.0) -> str | None:
+        """The Ray node id the training job's rank runs on, as its log says (RANK_NODE=...): None while it says
+        none, or, given a `timeout`, waited for that long."""
+
+        def where() -> str | None:
+            # the whole driver log (through Argus, which reads it from the driver's node): a tail of a job that has
+            # run for minutes has long lost its first lines
+            answer = self.ctx.api.get(f"/v1/jobs/{sid}/logs", params={"tail": 100_000})
+            text = answer.text if answer.status_code == 200 else ""
+            return next((line.split("=", 1)[1] for line in text.splitlines() if line.startswith("RANK_NODE=")), None)
+
+        if not timeout:
+            return where()
+        return poll_until(f"{sid} to say where its rank runs", where, timeout=timeout, interval=1)
+
     def heal(self, restart: frozenset[int] = frozenset()) -> list[str]:
         """After a fault that went wrong: every worker ALIVE again (a killed one is started again) and the workers in
         `restart` started afresh (one left draining by a planned restart that did not finish is still ALIVE)."""
@@ -304,11 +322,14 @@ class Soak:
     def _cause_host_oom(self) -> Fault:
         from stage.demo.inject import host_oom
 
-        # Worker 2's planned restart drains it, and a drain waits for the work on it: the training job's driver,
-        # placed by Ray on any worker (its rank is pinned to worker 1), would hold it forever. Not this round then.
-        driver = self._driver_node(self.training_job())
-        if driver is not None and driver == self.cluster.worker(2).node_id:
+        # Worker 2's planned restart drains it, and a drain waits for the work on it. The training job's driver is
+        # pinned to worker 1 (TRAIN_DRIVER_RESOURCES) and its rank goes where the driver is (Ray prefers the local
+        # node); should either be on worker 2 all the same, it would hold the drain forever. Not this round then.
+        sid, worker2 = self.training_job(), self.cluster.worker(2).node_id
+        if self._driver_node(sid) == worker2:
             raise FaultSkipped("the training job's driver runs on worker 2, which the host OOM restarts")
+        if self._rank_node(sid) == worker2:
+            raise FaultSkipped("the training job's rank runs on worker 2, which the host OOM restarts")
 
         injection = host_oom(self.ctx)  # restarts worker 2 with a low threshold (a planned, drained restart)
         fault = Fault("host_oom", Category.HOST_OOM, injection.at, sids={injection.submission_id or ""},
@@ -324,15 +345,7 @@ class Soak:
 
     def _cause_node_lost(self) -> Fault:
         sid = self.training_job()
-
-        def where() -> str | None:
-            # the whole driver log (through Argus, which reads it from the driver's node): a tail of a job that has
-            # run for minutes has long lost its first lines
-            answer = self.ctx.api.get(f"/v1/jobs/{sid}/logs", params={"tail": 100_000})
-            return answer.text if answer.status_code == 200 and "RANK_NODE=" in answer.text else None
-
-        text = poll_until(f"{sid} to say where its rank runs", where, timeout=180, interval=1)
-        node = next(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("RANK_NODE="))
+        node = self._rank_node(sid, timeout=180)
         [worker] = [w for w in self.cluster.workers if w.node_id == node]
         at = self.cluster.kill_worker(worker.index)
         index = worker.index
@@ -531,7 +544,7 @@ def main() -> int:
     soak = Soak(work, console, rng)
     try:
         soak.start()
-        soak.train_sid = soak.ctx.submit("train", "train.py")
+        soak.train_sid = soak.ctx.submit("train", "train.py", resources=TRAIN_DRIVER_RESOURCES)
         soak.ctx.wait_log(soak.train_sid, "step:3 ", timeout=180)
         time.sleep(20)  # Argus reads the history and the training job's first steps: nothing should open
         rss_start = soak.rss_mib()

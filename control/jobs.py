@@ -320,8 +320,9 @@ class JobController:
             "runtime_env": {"env_vars": env},
             "metadata": metadata,
         }
-        if self.entrypoint_resources:
-            call["entrypoint_resources"] = dict(self.entrypoint_resources)
+        resources = {**self.entrypoint_resources, **spec.resources}  # the job's own pin beside the controller's
+        if resources:
+            call["entrypoint_resources"] = resources
         if self.entrypoint_num_cpus:
             call["entrypoint_num_cpus"] = self.entrypoint_num_cpus
         if spec.label_selector:

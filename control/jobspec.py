@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from control.nodes import NAME_RE as POOL_NAME_RE
+from control.nodes import check_resource_name
 from core.errors import InputError
 from core.jobfolder import SUBMISSION_ID_RE
 from core.ray_labels import POOL_LABEL
@@ -30,6 +31,8 @@ MAX_ENV_VARS = 128
 MAX_ENV_VALUE_CHARS = 32 * 1024
 MAX_ENV_TOTAL_CHARS = 128 * 1024
 MAX_LABELS = 32
+MAX_RESOURCES = 32
+MAX_RESOURCE_AMOUNT = 1_000_000
 MAX_PATH_CHARS = 1024
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}\Z")
@@ -91,6 +94,9 @@ class JobSpec(BaseModel):
     pool: str | None = Field(default=None, description=f"node pool: the driver lands on a node joined into it "
                              f"(Ray label {POOL_LABEL}); labels {{'pool': <pool>}} says the same")
     labels: dict[str, str] = Field(default_factory=dict, description="node labels the driver must land on")
+    resources: dict[str, float] = Field(default_factory=dict, description="custom Ray resources the driver asks "
+                                        "for besides the controller's (a sliver of 'worker'): it lands on a node "
+                                        "that has them, e.g. {'gpu-07': 0.001} for a node joined with that one")
     code_path: str | None = Field(default=None, description="put first on PYTHONPATH")
     env: dict[str, str] = Field(default_factory=dict)
     working_dir: str | None = Field(default=None, description="the driver runs in this directory")
@@ -154,6 +160,17 @@ class JobSpec(BaseModel):
             raise ValueError(f"has more than {MAX_LABELS} labels")
         for key, value in v.items():
             _check_label(key, value)
+        return v
+
+    @field_validator("resources")
+    @classmethod
+    def _resources(cls, v: dict[str, float]) -> dict[str, float]:
+        if len(v) > MAX_RESOURCES:
+            raise ValueError(f"has more than {MAX_RESOURCES} resources")
+        for name, amount in v.items():
+            check_resource_name(name)  # as a node's are (control/nodes.py): Ray's CPU, GPU, memory are not custom
+            if not 0 < amount <= MAX_RESOURCE_AMOUNT:  # also refuses NaN
+                raise ValueError(f"resource {_short(name)} must be more than 0 and at most {MAX_RESOURCE_AMOUNT}")
         return v
 
     @field_validator("resume_flag")

@@ -60,9 +60,10 @@ class DemoContext:
             shutil.copy(JOBS_DIR / script, self.code_dir / script)
         (self.code_dir / "train.py").write_text(RESUMABLE_TRAINER)
 
-    def submit(self, name: str, args: str) -> str:
+    def submit(self, name: str, args: str, **fields: Any) -> str:
+        """Submit `<python> <args>` from the code dir; `fields`: more of the JobSpec (e.g. resources, to pin it)."""
         spec = {"name": name, "workload": "custom", "entrypoint": f"{self.python} {args}", "owner": "demo",
-                "code_path": str(self.code_dir), "working_dir": str(self.code_dir)}
+                "code_path": str(self.code_dir), "working_dir": str(self.code_dir), **fields}
         response = self.api.post("/v1/jobs", json=spec)
         if response.status_code != 201:
             raise ArgusError(f"Argus refused the demo job {name}: {response.status_code} {response.text[:300]}")

@@ -161,6 +161,33 @@ def test_bad_labels_are_refused(labels: dict, match: str) -> None:
     refused(match, labels=labels, pool="a")
 
 
+def test_resources_pin_the_driver_and_load_back_from_the_snapshot() -> None:
+    s = spec(resources={"gpu-07": 0.001, "nvme": 1})
+    assert s.resources == {"gpu-07": 0.001, "nvme": 1.0}
+    assert JobSpec.from_text(s.to_yaml()) == s
+    assert spec().resources == {}
+
+
+@pytest.mark.parametrize(
+    ("resources", "match"),
+    [
+        ({"CPU": 1}, "built-in"),
+        ({"GPU": 1}, "built-in"),
+        ({"a b": 1}, "resource name"),
+        ({"$(id)": 1}, "resource name"),
+        ({"gpu-07": 0}, "more than 0"),
+        ({"gpu-07": -1}, "more than 0"),
+        ({"gpu-07": float("nan")}, "more than 0"),
+        ({"gpu-07": float("inf")}, "at most"),
+        ({"gpu-07": True}, "resources.gpu-07"),
+        ({"gpu-07": "1"}, "resources.gpu-07"),
+        ({f"r{i}": 1 for i in range(40)}, "more than 32"),
+    ],
+)
+def test_bad_resources_are_refused(resources: dict, match: str) -> None:
+    refused(match, resources=resources)
+
+
 def test_huge_file_is_refused_by_size_before_reading(tmp_path: Path) -> None:
     path = tmp_path / "huge.yaml"
     with path.open("wb") as fh:

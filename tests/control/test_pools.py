@@ -101,3 +101,11 @@ def test_a_pool_given_as_a_label_is_the_pool(labels: dict[str, str], tmp_path: P
 def test_a_pool_no_node_can_be_in_is_refused(fields: dict[str, object], match: str) -> None:
     with pytest.raises(InputError, match=match):
         job(**fields)
+
+
+def test_a_jobs_own_resources_are_asked_for_beside_the_controllers(tmp_path: Path) -> None:
+    """A driver pinned with `resources` lands only on the node that has them, and still never on the head."""
+    call = submit_call(job(resources={"gpu-07": 0.001}), tmp_path)
+    assert call["entrypoint_resources"] == {"worker": 0.001, "gpu-07": 0.001}
+    assert lands_on(call, node(None, resources={"gpu-07": 1}))
+    assert not lands_on(call, node(None))
