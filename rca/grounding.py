@@ -5,7 +5,9 @@ Conservative: a claim stands if it is anywhere in the evidence, the bundle (find
 facts) or the incident's and findings' own attributes. Numbers compare as numbers ("2.00" is "2"); a duration also
 compares in seconds with the durations the evidence states ("10 minutes" is "600000 milliseconds") and with the
 spans between the times it shows. Numbers inside timestamps are not durations: a time in the prose ("11:59:58")
-must appear as a time. Spelled-out numbers ("ten minutes") are not checked.
+must appear as a time. A spelled-out number is checked as its digits would be where it counts or measures something:
+followed by a unit or a countable noun ("ten minutes", "two ranks", "thirty seconds", "twenty-five steps"); elsewhere
+("one of the ranks", "at one point") it is prose, not a claim. The evidence's own spelled-out numbers count as numbers.
 """
 
 from __future__ import annotations
@@ -29,6 +31,23 @@ SECONDS = {
     "h": 3600, "hr": 3600, "hrs": 3600, "hour": 3600, "hours": 3600,
 }
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+
+# Spelled-out numbers (a small table: one to twenty, the tens, hundred) and what makes one a claim.
+NUMBER_WORDS = ("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+                "seventeen eighteen nineteen twenty").split()
+WORD_VALUES = {w: i for i, w in enumerate(NUMBER_WORDS, start=1)}
+_TENS = "twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety"
+WORD_VALUES |= {w: 10 * i for i, w in enumerate(_TENS.split("|"), start=2)}
+_SMALL = "|".join(sorted(NUMBER_WORDS, key=len, reverse=True))
+_SPELLED = (rf"(?:(?P<tens>{_TENS})[- ](?P<unit>one|two|three|four|five|six|seven|eight|nine)\b"
+            rf"|(?:(?P<times>a|one|two|three|four|five|six|seven|eight|nine)[- ])?(?P<hundred>hundred)"
+            rf"|(?P<word>{_SMALL}|{_TENS}))")
+COUNTED = (r"ranks?|nodes?|gpus?|steps?|workers?|process(?:es)?|hosts?|machines?|replicas?|devices?|epochs?|"
+           r"iterations?|attempts?|retr(?:y|ies)|restarts?|checkpoints?|jobs?|actors?|times|errors?|timeouts?")
+_DURATION_WORDS = r"milliseconds?|seconds?|minutes?|hours?"
+_BETWEEN = r"(?:(?:other|more|additional|remaining|further|consecutive|separate|different|full|whole)\s+)?"
+SPELLED_CLAIM = re.compile(rf"(?<![\w-]){_SPELLED}(?:\s+|-){_BETWEEN}(?P<noun>{_DURATION_WORDS}|{COUNTED})\b", re.I)
+SPELLED = re.compile(rf"(?<![\w-]){_SPELLED}(?:(?:\s+|-)(?P<noun>{_DURATION_WORDS}))?(?![\w-])", re.I)
 
 
 @dataclass(frozen=True)
@@ -61,6 +80,12 @@ class Evidence:
             unit = SECONDS.get((m.group(2) or "").lower())
             if unit is not None:
                 self.durations.add(value * unit)
+        for m in SPELLED.finditer(bare):
+            value = spelled_value(m)
+            self.numbers.add(value)
+            unit = SECONDS.get((m.group("noun") or "").lower())
+            if unit is not None:
+                self.durations.add(value * unit)
         for a, b in combinations(sorted(set(times))[:40], 2):
             self.durations.add(abs((b - a).total_seconds()))
 
@@ -82,6 +107,12 @@ class Evidence:
             if unit is not None and self._has_duration(value * unit, unit):
                 continue
             out.append(m.group(0).strip() if unit is not None else m.group(1))
+        for m in SPELLED_CLAIM.finditer(rest):
+            value = spelled_value(m)
+            unit = SECONDS.get(m.group("noun").lower())
+            if value in self.numbers or (unit is not None and self._has_duration(value * unit, unit)):
+                continue
+            out.append(m.group(0).strip())
         return out
 
     def _has_text(self, text: str) -> bool:
@@ -120,6 +151,16 @@ def told(dropped: list[Dropped]) -> list[str]:
         out.append(f"{n} sentence{'s' if n != 1 else ''} of the LLM's {names.get(field, field)} "
                    f"{'was' if n == 1 else 'were'} left out: {reasons}")
     return out
+
+
+def spelled_value(m: re.Match[str]) -> float:
+    """The value of a SPELLED or SPELLED_CLAIM match: "twenty-five" is 25, "two hundred" 200, "a hundred" 100."""
+    if m.group("tens"):
+        return float(WORD_VALUES[m.group("tens").lower()] + WORD_VALUES[m.group("unit").lower()])
+    if m.group("hundred"):
+        times = (m.group("times") or "a").lower()
+        return 100.0 * (1 if times == "a" else WORD_VALUES[times])
+    return float(WORD_VALUES[m.group("word").lower()])
 
 
 def _clocks(text: str) -> list[str]:
