@@ -24,6 +24,7 @@ from rca.actions import ActionCatalog, Chosen, load_catalog
 from rca.classify import Classification, clip_text, tier
 from rca.evidence import EvidenceBuilder, EvidenceBundle, LogSource, MetricsReader
 from rca.grounding import Dropped, Evidence, ground
+from rca.hang import Hang, hang_of
 from rca.redact import Redactor
 from rca.report import ReportInput, impact_of, render
 from rca.verdict import decide
@@ -65,13 +66,19 @@ class RcaEngine:
     ) -> Report:
         redactor = self.redactor()
         builder = EvidenceBuilder(self.rules, redactor, token_budget=self.token_budget, metrics=self.metrics)
-        bundle, from_logs = builder.build(incident, findings, logs, job=job, node_facts=node_facts)
-        verdict, observed = self.deterministic(incident, findings, from_logs)
+        found = hang_of(findings, actions)
+        bundle, from_logs = builder.build(incident, findings, logs, job=job, node_facts=node_facts,
+                                          stacks=found.lines if found else ())
+        verdict, observed = self.deterministic(incident, findings, from_logs, hang=found)
+        # What the stacks say stands only for a hang: a root cause in the logs (an OOM) is not explained by them.
+        hang = found.redacted(redactor.redact) if found is not None and verdict.category is Category.NCCL_HANG \
+            else None
         # The verdict quotes findings and log lines: it leaves the process in the report, so it is redacted too.
         verdict = replace(verdict, summary=redactor.redact(verdict.summary),
                           evidence=[(s, n, redactor.redact(t)) for s, n, t in verdict.evidence])
         bundle.verdict.update(category=verdict.category.value, reason=verdict.reason, confidence=verdict.confidence,
                               summary=verdict.summary)
+        bundle.hang = hang.sentence if hang is not None else None
         bundle.redactions = redactor.count
         bundle.actions = [{"id": a.id, "text": a.text} for a in self.catalog.for_verdict(verdict.category,
                                                                                           verdict.reason)]
@@ -102,11 +109,24 @@ class RcaEngine:
         bundle.redactions = redactor.count
         return render(ReportInput(incident=incident, bundle=bundle, verdict=verdict, impact=impact, actions=actions,
                                   llm=outcome, decision=decision, llm_configured=self.writer is not None,
-                                  cited=cited, redact=redactor.redact, dropped=tuple(dropped), chosen=chosen))
+                                  cited=cited, redact=redactor.redact, dropped=tuple(dropped), chosen=chosen,
+                                  hang=hang))
 
-    def deterministic(self, incident: Incident, findings: Sequence[Finding],
-                      from_logs: Classification) -> tuple[Classification, bool]:
-        """The verdict and whether it rests on a direct observation (see the module docstring)."""
+    def deterministic(self, incident: Incident, findings: Sequence[Finding], from_logs: Classification, *,
+                      hang: Hang | None = None) -> tuple[Classification, bool]:
+        """The verdict and whether it rests on a direct observation (see the module docstring). A hang's verdict
+        states what the ranks' stacks say first (`hang`, rca/hang.py), with their lines first in its evidence."""
+        verdict, observed = self._deterministic(incident, findings, from_logs)
+        if hang is None or verdict.category is not Category.NCCL_HANG:
+            return verdict, observed
+        prefix = f"{verdict.category.value}: "
+        rest = verdict.summary[len(prefix):] if verdict.summary.startswith(prefix) else verdict.summary
+        stacks = [(source, 0, clip_text(text)) for source, text in hang.lines]
+        return replace(verdict, summary=f"{prefix}{hang.sentence} {rest}",
+                       evidence=[*stacks, *verdict.evidence][:10]), observed
+
+    def _deterministic(self, incident: Incident, findings: Sequence[Finding],
+                       from_logs: Classification) -> tuple[Classification, bool]:
         observed = [f for f in findings if f.reason not in self._log_reasons and f.category is not Category.UNKNOWN]
         if not observed or tier(from_logs) >= 3:
             return from_logs, False

@@ -123,6 +123,7 @@ class EvidenceBundle(BaseModel):
     logs_read: list[str] = Field(default_factory=list)
     omitted: list[str] = Field(default_factory=list)
     actions: list[dict[str, str]] = Field(default_factory=list)  # the catalog's for the verdict: id, text
+    hang: str | None = None  # what the ranks' stacks say of a hang, the rule engine's sentence (rca/hang.py)
     redactions: int = 0
     token_budget: int
     tokens_used: int = 0
@@ -158,8 +159,10 @@ class EvidenceBuilder:
         *,
         job: dict[str, Any] | None = None,
         node_facts: dict[str, Any] | None = None,
+        stacks: Sequence[tuple[str, str]] = (),
     ) -> tuple[EvidenceBundle, Classification]:
-        """The bundle and the deterministic verdict behind it (over the logs, else over the findings)."""
+        """The bundle and the deterministic verdict behind it (over the logs, else over the findings). `stacks`:
+        (source, text) lines of where the ranks' stacks are (rca/hang.py), numbered after the verdict's lines."""
         red = self.redactor
         start = red.count
         budget = _Budget(self.token_budget)
@@ -184,6 +187,10 @@ class EvidenceBuilder:
             at = _time_at(times_by_log, logs, name, line_no)
             refs.append(EvidenceLine(ref=len(refs) + 1, source=name, line=line_no, text=_clip(red.redact(text)),
                                      at=at, why=_why(matches_by_log, name, line_no)))
+        for where, text in stacks:
+            if not any(r.text == _clip(red.redact(text)) for r in refs):
+                refs.append(EvidenceLine(ref=len(refs) + 1, source=where, text=_clip(red.redact(text)),
+                                         why="the ranks' stacks"))
         for finding in findings[:10]:
             for ev in finding.evidence[:5]:
                 if any(r.text == _clip(red.redact(ev.text)) for r in refs):

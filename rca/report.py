@@ -23,11 +23,12 @@ from core.names import ID_MAX, Named, PlacedGpus, clean, label_of, node_of
 from core.refs import refs_of
 from core.signal_keys import JOB_NAME, OWNER
 from core.steps import said
-from core.types import Action, Incident, Report
+from core.types import Action, Category, Incident, Report
 from rca.actions import Chosen
 from rca.classify import Classification
 from rca.evidence import EvidenceBundle
 from rca.grounding import Dropped, told
+from rca.hang import Hang
 from rca.llm import LlmAnalysis, LlmOutcome
 from rca.verdict import CATEGORY_MEANINGS, Decision
 
@@ -120,6 +121,7 @@ class ReportInput:
     redact: Callable[[str], str] | None = None  # for the steps' own words (the report's Redactor)
     chosen: Chosen | None = None  # the catalog's recommended actions (rca/actions.py), in the LLM's order if it chose
     dropped: tuple[Dropped, ...] = ()  # sentences of the LLM's prose no evidence shows (rca/grounding.py)
+    hang: Hang | None = None  # what the ranks' stacks say of a hang (rca/hang.py); only where the verdict is one
 
 
 def render(inp: ReportInput) -> Report:
@@ -131,6 +133,9 @@ def render(inp: ReportInput) -> Report:
     summary = analysis.summary if accepted and analysis is not None and analysis.summary else verdict.summary
     root_cause = analysis.root_cause if accepted and analysis is not None and analysis.root_cause else verdict.summary
     left_out = told(list(inp.dropped)) if accepted else []
+    hang = inp.hang if inp.hang is not None and category is Category.NCCL_HANG else None
+    if hang is not None and accepted:  # the rules' fact stands: prose that does not name the culprit gets it first
+        summary, root_cause = hang.first_in(summary), hang.first_in(root_cause)
     subject = inp.impact.label or label_of(incident)
 
     md: list[str] = [f"# {category.value} on {_inline(subject)} ({incident.id})", ""]
@@ -240,6 +245,7 @@ def render(inp: ReportInput) -> Report:
         "summary": summary,
         "root_cause": root_cause,
         "rule": verdict.reason,
+        "hang": hang.as_dict() if hang is not None else None,
         "deterministic": {"category": verdict.category.value, "confidence": verdict.confidence},
         "llm": None if inp.llm is None else {
             "model": inp.llm.model, "ok": inp.llm.ok, "seconds": inp.llm.seconds, "error": inp.llm.error,
