@@ -122,8 +122,10 @@ class RcaEngine:
         prefix = f"{verdict.category.value}: "
         rest = verdict.summary[len(prefix):] if verdict.summary.startswith(prefix) else verdict.summary
         stacks = [(source, 0, clip_text(text)) for source, text in hang.lines]
-        return replace(verdict, summary=f"{prefix}{hang.sentence} {rest}",
-                       evidence=[*stacks, *verdict.evidence][:10]), observed
+        # A log signature's deciding line stays first (the LLM review quotes it); the stacks come right after it.
+        head = verdict.evidence[:1] if verdict.winner is not None else []
+        evidence = [*head, *stacks, *verdict.evidence[len(head):]][:10]
+        return replace(verdict, summary=f"{prefix}{hang.sentence} {rest}", evidence=evidence), observed
 
     def _deterministic(self, incident: Incident, findings: Sequence[Finding],
                        from_logs: Classification) -> tuple[Classification, bool]:

@@ -195,3 +195,19 @@ def test_the_report_redacts_the_stacks_words_as_the_rest() -> None:
     report = RcaEngine(RULES, redactor).report(hang_incident(), [f])
     assert "10.0.0.7" not in json.dumps(report.data) and "10.0.0.7" not in report.markdown
     assert "Rank pid 4242" in report.data["root_cause"]
+
+
+def test_a_watchdog_timeout_in_the_logs_gets_the_scenes_culprit_after_its_own_line(tmp_path: Path) -> None:
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / "localization.json").write_text(json.dumps(localize([WAITING, STOPPED]).as_json()))
+    watchdog = LogSource("rank0.log", [PROGRESS, "2026-05-01 12:10:30,000 [Rank 0] Watchdog caught collective "
+                                                 "operation timeout: WorkNCCL(SeqNum=88, OpType=ALLREDUCE) ran for "
+                                                 "600000 milliseconds before timing out."])
+    failed = make_finding("job sft-7 failed", subject=job("sft-7"))
+    report = RcaEngine(load_rules(), Redactor).report(
+        hang_incident(), [failed], [watchdog], actions=[keep_scene({"folders": [str(tmp_path)]})])
+    assert report.category is Category.NCCL_HANG
+    assert report.data["root_cause"].startswith("nccl_hang: The ranks' stacks show the culprit: Rank pid 4242")
+    assert [e["source"] for e in report.data["evidence"][:3]] == ["rank0.log", "stacks/localization.json",
+                                                                  "stacks/localization.json"]
+    assert "Watchdog caught" in report.data["evidence"][0]["text"]
