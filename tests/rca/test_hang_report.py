@@ -12,6 +12,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from core.types import Action, ActionState, Category, Evidence, Finding, Subject, SubjectKind
 from detectors.engine import load_rules
 from detectors.hang_stacks import RankStack, localize
@@ -34,6 +36,9 @@ def rank(pid: int, name: str, node: str, state: str | None = None) -> RankStack:
 
 WAITING = rank(4000, "gloo_rank0_in_all_reduce.txt", "10.0.0.5")
 STOPPED = rank(4242, "gloo_rank2_stopped.txt", "10.0.0.7", state="T")
+# The stall detector's py-spy evidence lines for WAITING and STOPPED (hang_stacks.Localization.lines())
+STACK_LINES = ("Rank pid 4242 (node 10.0.0.7) stopped (state T)",
+               "1 rank(s) wait in all_reduce (pids 4000; nodes 10.0.0.5)")
 
 
 def stall(localization: dict[str, Any] | None = None, stacks: tuple[str, ...] = (), **attrs: Any) -> Finding:
@@ -67,8 +72,7 @@ class FixedWriter:
 
 def test_a_stopped_rank_is_the_root_cause_in_one_sentence_with_the_stacks_as_evidence() -> None:
     found = localize([WAITING, STOPPED])
-    f = stall(found.as_json(), stacks=("Rank pid 4242 (node 10.0.0.7) stopped (state T)",
-                                       "1 rank(s) wait in all_reduce (pids 4000; nodes 10.0.0.5)"))
+    f = stall(found.as_json(), stacks=STACK_LINES)
     report = RcaEngine(RULES, Redactor).report(hang_incident(), [f])
     sentence = ("The ranks' stacks show the culprit: Rank pid 4242 (node 10.0.0.7) is stopped (state T), at step 11; "
                 "Rank pid 4000 (node 10.0.0.5) waits in all_reduce.")
@@ -161,8 +165,7 @@ def llm_report(root_cause: str, summary: str = "The job hung in a collective."):
                            confidence=0.9)
     writer = FixedWriter(analysis)
     found = localize([WAITING, STOPPED])
-    f = stall(found.as_json(), stacks=("Rank pid 4242 (node 10.0.0.7) stopped (state T)",
-                                       "1 rank(s) wait in all_reduce (pids 4000; nodes 10.0.0.5)"))
+    f = stall(found.as_json(), stacks=STACK_LINES)
     return RcaEngine(RULES, Redactor, writer=writer).report(hang_incident(), [f]), writer
 
 
@@ -211,3 +214,18 @@ def test_a_watchdog_timeout_in_the_logs_gets_the_scenes_culprit_after_its_own_li
     assert [e["source"] for e in report.data["evidence"][:3]] == ["rank0.log", "stacks/localization.json",
                                                                   "stacks/localization.json"]
     assert "Watchdog caught" in report.data["evidence"][0]["text"]
+
+
+@pytest.mark.llm
+def test_a_real_llm_states_the_culprit_or_the_report_does(llm_server) -> None:
+    """With the pinned small model (`make llm`): whatever it writes, the report names the culprit, and the model's
+    own restatement of it (its pid, node or frame) is never what the prose check leaves out."""
+    writer = LlmWriter(llm_server.base_url, llm_server.model, timeout_s=240, max_retries=0)
+    f = stall(localize([WAITING, STOPPED]).as_json(), stacks=STACK_LINES)
+    report = RcaEngine(RULES, Redactor, writer=writer).report(hang_incident(), [f])
+    llm = report.data["llm"]
+    assert llm["ok"], llm["error"]
+    assert report.category is Category.NCCL_HANG  # observed by the detector: no reading overrules it
+    assert "4242" in report.data["root_cause"] and "4242" in report.data["summary"]
+    for dropped in llm["left_out"]:
+        assert not {"4242", "4000", "10.0.0.7", "10.0.0.5", "11"} & set(dropped["claims"]), dropped
