@@ -84,7 +84,7 @@ def hang_of(findings: Sequence[Finding], actions: Sequence[Action] = ()) -> Hang
     step = step_of(findings)
     for f in reversed(findings):
         loc = f.attrs.get("localization")
-        if isinstance(loc, Mapping) and (loc.get("ranks") or loc.get("culprits") or loc.get("sentence")):
+        if isinstance(loc, Mapping) and (loc.get("ranks") or loc.get("culprits")):  # no stack taken: nothing said
             said = [(e.source, e.text) for e in f.evidence if e.source == STACK_SOURCE and e.text]
             confirmed = f.attrs.get("confirmed_by")
             return _from_localization(loc, step, origin="finding", said=said,

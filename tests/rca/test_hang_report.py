@@ -229,3 +229,8 @@ def test_a_real_llm_states_the_culprit_or_the_report_does(llm_server) -> None:
     assert "4242" in report.data["root_cause"] and "4242" in report.data["summary"]
     for dropped in llm["left_out"]:
         assert not {"4242", "4000", "10.0.0.7", "10.0.0.5", "11"} & set(dropped["claims"]), dropped
+
+
+def test_stacks_that_could_not_be_taken_say_nothing() -> None:
+    report = RcaEngine(RULES, Redactor).report(hang_incident(), [stall(localize([]).as_json())])
+    assert report.data["hang"] is None and report.data["root_cause"] == f"nccl_hang: {STALL}"
