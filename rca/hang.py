@@ -131,10 +131,10 @@ def _from_localization(loc: Mapping[str, Any], step: int | None, *, origin: str,
     waiting = tuple(p for p in loc.get("waiting") or () if isinstance(p, Mapping))
     if culprits:
         named = "; ".join(f"{_who(p)} {_doing(p)}" for p in culprits[:MAX_CULPRITS])
-        if len(culprits) > MAX_CULPRITS:
-            named += f"; {len(culprits) - MAX_CULPRITS} more ranks stand out as well"
         if step is not None:
             named += f", at step {step}"
+        if len(culprits) > MAX_CULPRITS:
+            named += f"; {len(culprits) - MAX_CULPRITS} more ranks stand out as well"
         rest = _waiting(waiting)
         # Stacks that did not confirm the hang (it was called on silence) show whom the others wait for, no more.
         noun = ("culprit" if len(culprits) == 1 else "culprits") if confirmed_by != "silence" else \
