@@ -1,27 +1,93 @@
-"""A 2-rank torch.distributed (gloo) training loop on Ray, one rank per worker, printing "step N" lines.
+"""A torch.distributed (gloo) training loop on Ray, one actor per rank, printing "step N" lines.
 
-Submitted by tests/faults/test_stall_real.py as a real Ray job. Rank 0 prints each step after its
-all_reduce returns. With --stall-after K, rank 1 stops taking part after step K (it sleeps, as a rank
-stuck in a dataloader or a dead GPU would), so rank 0 blocks inside all_reduce until gloo's timeout:
-the hang Argus must find long before that timeout. Without it, the loop runs --steps steps with the step
-interval growing linearly from --interval-start to --interval-end seconds, then the job succeeds.
+Submitted by the fault tests (tests/faults/test_stall_real.py, test_hang_ranks_real.py) and the demo as a real
+Ray job. `--world N` ranks (default 2) are spread over the local stack's two workers: rank i runs on worker
+(i % 2) + 1, through the workers' `worker1`/`worker2` resources. Each rank prints "rank R pid P node IP" once
+at start; rank 0 prints each step after its all_reduce returns. With `--ranks-file PATH` the driver also
+writes every rank's pid and node IP there as JSON ({"ranks": [{"rank", "pid", "node"}, ...]}) before training
+starts, so a test knows which process is which rank.
+
+With `--stall-after K`, rank `--fault-rank` (default 1) goes wrong after step K, as `--fault` says:
+- sleep (the default): it sleeps forever in Rank.train, as a rank stuck in a dataloader or a dead GPU would;
+- stop: it sends itself SIGSTOP (state T; SIGCONT lets it go on);
+- spin: it runs a busy Python loop outside any collective, forever (spin_forever);
+- lock: it blocks forever acquiring a threading.Lock another thread holds (wait_on_lock);
+- save: it spends `--save-s` seconds (default 90) saving a checkpoint with torch.save, silently, while the
+  other ranks wait in dist.barrier(); then training goes on and the job succeeds after --steps steps.
+For the first four the other ranks block inside all_reduce until gloo's `--timeout`: the hang Argus must find
+long before that timeout. For save nothing is wrong: a long silent step Argus must not call a hang.
+Without --stall-after the loop runs --steps steps with the step interval growing linearly from
+--interval-start to --interval-end seconds, then the job succeeds.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import socket
+import tempfile
+import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import ray
+
+FAULTS = ("sleep", "stop", "spin", "lock", "save")
+
+
+def spin_forever() -> None:
+    """A rank busy in Python outside any collective: a runaway loop, never returning."""
+    n = 0
+    while True:
+        n += 1
+
+
+def wait_on_lock() -> None:
+    """A rank blocked on a lock another thread holds and never releases."""
+    lock = threading.Lock()
+    held = threading.Event()
+
+    def holder() -> None:
+        lock.acquire()
+        held.set()
+        threading.Event().wait()  # holds the lock forever
+
+    threading.Thread(target=holder, name="lock-holder", daemon=True).start()
+    held.wait()
+    lock.acquire()  # never returns
+
+
+def stop_self() -> None:
+    """A rank stopped by SIGSTOP, as a debugger or an operator's `kill -STOP` would leave it."""
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def save_checkpoint(seconds: float, megabytes: int = 4) -> None:
+    """A long, silent checkpoint save: torch.save over one file of a few MB, again and again, for `seconds`."""
+    import torch
+
+    weights = torch.randn(megabytes * 256 * 1024)  # float32: megabytes MB
+    deadline = time.monotonic() + seconds
+    with tempfile.TemporaryDirectory(prefix="gloo-steps-ckpt-") as folder:
+        path = Path(folder) / "checkpoint.pt"
+        saves = 0
+        while time.monotonic() < deadline:
+            saves += 1
+            torch.save({"model": weights, "saves": saves}, path)
 
 
 @ray.remote(num_cpus=0)
 class Rank:
     def __init__(self, rank: int) -> None:
         self.rank = rank
+
+    def whoami(self) -> dict[str, object]:
+        ip = ray.util.get_node_ip_address()
+        print(f"rank {self.rank} pid {os.getpid()} node {ip}", flush=True)
+        return {"rank": self.rank, "pid": os.getpid(), "node": ip}
 
     def address(self) -> tuple[str, int]:
         """Rank 0's node IP and a port free on it, for the rendezvous."""
@@ -34,20 +100,32 @@ class Rank:
         import torch
         import torch.distributed as dist
 
-        # Both ranks share one host here; loopback keeps gloo off whatever eth0 is.
+        # Every rank shares one host here; loopback keeps gloo off whatever eth0 is.
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         dist.init_process_group(
             "gloo",
             init_method=f"tcp://{master[0]}:{master[1]}",
             rank=self.rank,
-            world_size=2,
+            world_size=args["world"],
             timeout=timedelta(seconds=args["timeout"]),
         )
         grad = torch.ones(1024)
         steps, start, end = args["steps"], args["interval_start"], args["interval_end"]
+        fault, faulty = args["fault"], self.rank == args["fault_rank"]
         for step in range(1, steps + 1):
-            if self.rank == 1 and args["stall_after"] and step > args["stall_after"]:
-                time.sleep(3600)  # stops taking part; rank 0 waits in all_reduce
+            if args["stall_after"] and step == args["stall_after"] + 1:
+                if fault == "save":
+                    if faulty:
+                        save_checkpoint(args["save_s"])
+                    dist.barrier()  # the other ranks wait here while the fault rank saves
+                elif faulty and fault == "stop":
+                    stop_self()
+                elif faulty and fault == "spin":
+                    spin_forever()
+                elif faulty and fault == "lock":
+                    wait_on_lock()
+            if faulty and fault == "sleep" and args["stall_after"] and step > args["stall_after"]:
+                time.sleep(3600)  # stops taking part; the other ranks wait in all_reduce
             time.sleep(start + (end - start) * (step - 1) / max(1, steps - 1))
             dist.all_reduce(grad)
             if self.rank == 0:
@@ -59,19 +137,36 @@ class Rank:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--stall-after", type=int, default=0)
+    parser.add_argument("--stall-after", type=int, default=0, help="apply --fault after this step (0: never)")
     parser.add_argument("--interval-start", type=float, default=0.5)
     parser.add_argument("--interval-end", type=float, default=0.5)
     parser.add_argument("--timeout", type=float, default=120.0, help="gloo collective timeout, seconds")
+    parser.add_argument("--world", type=int, default=2, help="number of ranks, spread over worker1 and worker2")
+    parser.add_argument("--fault", choices=FAULTS, default="sleep")
+    parser.add_argument("--fault-rank", type=int, default=1)
+    parser.add_argument("--save-s", type=float, default=90.0, help="how long --fault save saves, seconds")
+    parser.add_argument("--ranks-file", type=Path, default=None, help="write the ranks' pids and nodes here (JSON)")
     args = parser.parse_args()
+    if args.world < 1 or not 0 <= args.fault_rank < args.world:
+        parser.error(f"--fault-rank {args.fault_rank} is not a rank of a world of {args.world}")
+    if args.fault != "sleep" and not args.stall_after:
+        parser.error(f"--fault {args.fault} needs --stall-after K: the step after which it happens")
+    if args.fault == "save" and args.save_s >= args.timeout:
+        parser.error(f"--save-s {args.save_s:g} must be shorter than --timeout {args.timeout:g}: the other ranks "
+                     "wait out the save in a barrier, under gloo's timeout")
 
     ray.init()
     # ray.remote returns an ActorClass (typed so in ray), but mypy keeps a decorated class's own type
     # (python/mypy#3135), which has no .options
     ranks = [
-        Rank.options(resources={f"worker{i + 1}": 0.1}).remote(i)  # type: ignore[attr-defined]
-        for i in range(2)
+        Rank.options(resources={f"worker{i % 2 + 1}": 0.1}).remote(i)  # type: ignore[attr-defined]
+        for i in range(args.world)
     ]
+    who = ray.get([r.whoami.remote() for r in ranks])
+    if args.ranks_file is not None:
+        partial = args.ranks_file.with_name(args.ranks_file.name + ".part")
+        partial.write_text(json.dumps({"ranks": who}, indent=1))
+        partial.replace(args.ranks_file)  # whole or absent, for a reader polling it
     master = ray.get(ranks[0].address.remote())
     print(f"rendezvous at {master[0]}:{master[1]}", flush=True)
     ray.get([r.train.remote(master, vars(args)) for r in ranks])
