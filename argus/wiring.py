@@ -35,6 +35,7 @@ from collectors.nvml import NvmlCollector
 from collectors.offsets import OffsetStore
 from collectors.placement import GpuPlacementCollector, PrometheusGpuCollector
 from collectors.prometheus import PrometheusClient, PrometheusTargetsCollector
+from collectors.rank_stacks import RankStackSampler
 from collectors.ray_logs import RayLogsCollector
 from collectors.ray_state import RayStateCollector
 from collectors.storage import SharedStorageCollector
@@ -121,7 +122,8 @@ def build_detectors(settings: Settings, metric_rules: MetricRuleSet, stall: Stal
 
 def build_stall_detector(settings: Settings, memory: DetectorMemory | None = None) -> StallDetector:
     """The stall detector; with `memory` it loads each job's rhythm from it now and keeps it there."""
-    return StallDetector(min_stall_s=settings.stall_min_s, factor=settings.stall_factor, memory=memory)
+    return StallDetector(min_stall_s=settings.stall_min_s, factor=settings.stall_factor,
+                         suspect_min_s=settings.stall_suspect_s, memory=memory)
 
 
 def build_subscribers(
@@ -258,8 +260,13 @@ def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: Argu
         metrics.set_job_progress(stall.progress())
         metrics.refresh_incidents(incidents.store)  # also catches what changed without an event (merged echoes)
 
+    if collectors is None:
+        collectors = build_collectors(settings, metric_rules, metrics)
+        if settings.hang_stacks:  # what confirms a suspected hang at once, or holds the call back during silent work
+            collectors.append(RankStackSampler(settings.ray_dashboard_url, stall.stack_requests,
+                                               timeout_s=settings.request_timeout_s))
     pipeline = Pipeline(
-        collectors=collectors or build_collectors(settings, metric_rules, metrics),
+        collectors=collectors,
         detectors=detectors or build_detectors(settings, metric_rules, stall, memory),
         incidents=incidents,
         # no new log lines because the log collectors are down is not a stalled job; a rule Prometheus could not

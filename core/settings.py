@@ -47,6 +47,15 @@ class Settings(BaseSettings):
     )
     stall_min_s: float = Field(default=60.0, gt=0, description="never call a job stalled before this")
     stall_factor: float = Field(default=3.0, ge=1, description="stalled after this many of its own step times")
+    stall_suspect_s: float = Field(
+        default=20.0, gt=0,
+        description="a job silent this long (and factor x its step time) is suspected: its ranks' stacks, sampled "
+        "twice, confirm a hang at once or show silent work that holds the call back")
+    hang_stacks: bool = Field(
+        default=True,
+        description="sample the stacks of suspected jobs through Ray's dashboard (needs "
+        "RAY_DASHBOARD_ENABLE_PROFILING=1 on the head and py-spy on the nodes); off: hangs are called by silence "
+        "alone, after stall_min_s")
     idle_gpu_threshold_pct: float = Field(default=5.0, ge=0, le=100, description="GPU busy below this is idle")
     idle_gpu_window_s: float = Field(default=600.0, gt=0, description="idle this long while held: a finding")
     pending_alert_s: float = Field(

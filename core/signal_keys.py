@@ -96,3 +96,7 @@ RULE_EVALUATED: Final = "rule_evaluated"  # marks the one signal per evaluated r
 STORAGE_FREE_BYTES_METRIC: Final = "storage_free_bytes"
 PLACEMENT_METRIC: Final = "argus_gpu_placement"  # one snapshot of where every job's GPUs are
 JOB_GPUS_METRIC: Final = "argus_job_gpus"  # one sample per job: how many GPUs it holds
+
+# -- stack samples (rank_stacks): what a suspected hang is confirmed from --------------------------------------
+SAMPLES: Final = "samples"  # list of samples, oldest first; each a list of process dicts (collectors.rank_stacks)
+SAMPLED_AT: Final = "sampled_at"  # each sample's time, ISO 8601

@@ -56,6 +56,7 @@ class SignalKind(str, Enum):
     LOG_LINE = "log_line"
     METRIC = "metric"
     ALERT = "alert"
+    STACKS = "stacks"  # stack samples of a job's processes (collectors/rank_stacks.py)
 
 
 class IncidentState(str, Enum):

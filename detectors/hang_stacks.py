@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import Any
 
 # A collective or point-to-point call, in a library that does them: the frame a waiting rank is found in.
 COLLECTIVE_CALLS = re.compile(
@@ -27,6 +28,32 @@ COLLECTIVE_LIBRARIES = re.compile(
     r"cupy/cuda/nccl|vllm/distributed|sglang/srt/distributed|nccl|gloo)")
 _THREAD = re.compile(r'^Thread (?P<tid>\S+) \((?P<status>[^)]*)\)(?:: "(?P<name>[^"]*)")?')
 _FRAME = re.compile(r"^\s+(?P<func>.+?) \((?P<file>[^():]+):(?P<line>\d+)\)\s*$")
+# Silent work a rank may do for minutes while the others wait for it: no hang, as long as its stack shows it working.
+# Each entry: the work's name, a pattern for the function's own name (the part after the last "."), and one for the
+# library file it runs in. A folder of the job's own (".../rollout/worker.py") says nothing: a rank blocked on a lock
+# in it is not at work, so files count only for the libraries that do the work.
+WORK: tuple[tuple[str, re.Pattern[str], re.Pattern[str] | None], ...] = (
+    ("saving a checkpoint", re.compile(r"(?i)^(?:_?save(?:_\w+)?|\w*checkpoint\w*|save_pretrained)$"),
+     re.compile(r"(?:^|/)(?:torch/serialization\.py|torch/distributed/checkpoint/|safetensors/)")),
+    ("loading data", re.compile(r"(?i)^(?:_next_data|load_dataset|\w*dataloader\w*)$"),
+     re.compile(r"(?:^|/)(?:torch/utils/data/|datasets/)")),
+    ("generating (rollout)", re.compile(r"(?i)^(?:generate\w*|generate_sequences)$"),
+     re.compile(r"(?:^|/)(?:vllm|sglang)/")),
+    ("evaluating", re.compile(r"(?i)^(?:_?evaluat\w*|_?validat\w*)$"), None),
+    ("compiling", re.compile(r"^$"), re.compile(r"(?:^|/)(?:torch/_dynamo|torch/_inductor|triton/compiler)/")),
+    ("copying files", re.compile(r"(?i)^upload\w*$"),
+     re.compile(r"(?:^|/)(?:shutil\.py|boto\w*/|s3fs/|fsspec/)")),
+)
+
+
+def _work_of(frame: Frame) -> str | None:
+    func = frame.func.rsplit(".", 1)[-1]
+    for name, funcs, files in WORK:
+        if funcs.search(func) or (files is not None and files.search(frame.file)):
+            return name
+    return None
+
+
 STOPPED_STATES = {"T": "stopped (state T)", "t": "stopped by a tracer (state t)", "D": "in uninterruptible sleep "
                   "(state D, usually I/O or a driver call)", "Z": "a zombie (state Z)"}
 
@@ -86,7 +113,7 @@ class Place:
     """Where one rank is: in a collective (and which), elsewhere in Python (and where), or not known."""
 
     rank: RankStack
-    kind: str  # "collective", "elsewhere", "stopped", "unknown"
+    kind: str  # "collective", "working" (silent work, see WORK), "elsewhere", "stopped", "unknown"
     frame: Frame | None = None
     busy: bool = False  # py-spy saw it running (active), not waiting
     note: str = ""
@@ -97,6 +124,8 @@ class Place:
             return f"waits in {self.frame.func.rsplit('.', 1)[-1]}"
         if self.kind == "stopped":
             return self.note
+        if self.kind == "working" and self.frame:
+            return f"is {self.note}, in {self.frame.where}"
         if self.kind == "elsewhere" and self.frame:
             return f"{'runs' if self.busy else 'is blocked'} outside the collective, in {self.frame.where}"
         return f"has no readable stack ({self.note})" if self.note else "has no readable stack"
@@ -118,7 +147,19 @@ def place_of(rank: RankStack) -> Place:
     if collective is not None:
         return Place(rank, "collective", collective)
     innermost = main.frames[0] if main.frames else None
+    for frame in main.frames:
+        work = _work_of(frame)
+        if work is not None:
+            return Place(rank, "working", frame, busy="active" in main.status, note=work)
     return Place(rank, "elsewhere", innermost, busy="active" in main.status)
+
+
+def signature(rank: RankStack, *, lines: bool = True) -> tuple[tuple[str, str, int], ...]:
+    """What a rank's main thread was doing, frame by frame: two samples alike mean it did not move. Without
+    `lines`, only which functions: a rank looping inside one function (a spin) has not moved either."""
+    threads = parse_dump(rank.dump)
+    main = next((t for t in threads if t.name == "MainThread"), threads[0] if threads else None)
+    return tuple((f.func, f.file, f.line if lines else 0) for f in main.frames) if main else ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +168,19 @@ class Localization:
     waiting: tuple[Place, ...]
     places: tuple[Place, ...] = field(default_factory=tuple)
     sentence: str = ""
+
+    def lines(self, limit: int = 8) -> list[str]:
+        """Evidence lines: each odd rank where it is, then the waiting ranks as one line with a count."""
+        out = [f"{who(p.rank)} {p.words}" for p in self.culprits[:limit]]
+        if self.waiting:
+            pids = ", ".join(str(p.rank.pid) for p in self.waiting[:limit] if p.rank.pid is not None)
+            more = f" and {len(self.waiting) - limit} more" if len(self.waiting) > limit else ""
+            nodes = ", ".join(sorted({p.rank.node for p in self.waiting if p.rank.node}))
+            out.append(f"{len(self.waiting)} rank(s) wait in {_calls(self.waiting)} (pids {pids}{more}"
+                       f"{'; nodes ' + nodes if nodes else ''})")
+        if not out:
+            out.append(self.sentence)
+        return out
 
     def as_json(self) -> dict[str, object]:
         def one(p: Place) -> dict[str, object]:
@@ -137,9 +191,10 @@ class Localization:
                 "waiting": [one(p) for p in self.waiting], "ranks": [one(p) for p in self.places]}
 
 
-def _who(rank: RankStack) -> str:
+def who(rank: RankStack) -> str:
     details = [f"pid {rank.pid}" if rank.pid is not None and f"pid {rank.pid}" not in rank.label else None,
-               f"node {rank.node}" if rank.node else None, f"GPU {rank.gpu}" if rank.gpu else None]
+               f"node {rank.node}" if rank.node else None, f"GPU {rank.gpu}" if rank.gpu else None,
+               f"state {rank.state}" if rank.state and rank.state not in STOPPED_STATES else None]
     said = ", ".join(d for d in details if d)
     return f"{rank.label} ({said})" if said else rank.label
 
@@ -153,7 +208,7 @@ def localize(ranks: Sequence[RankStack]) -> Localization:
     places = tuple(place_of(r) for r in ranks)
     waiting = tuple(p for p in places if p.kind == "collective")
     stopped = tuple(p for p in places if p.kind == "stopped")
-    elsewhere = tuple(p for p in places if p.kind == "elsewhere")
+    elsewhere = tuple(p for p in places if p.kind in ("elsewhere", "working"))
     unknown = tuple(p for p in places if p.kind == "unknown")
     if stopped:
         culprits = stopped
@@ -168,10 +223,82 @@ def localize(ranks: Sequence[RankStack]) -> Localization:
     elif culprits:
         others = "1 other rank waits" if len(waiting) == 1 else f"{len(waiting)} other ranks wait"
         rest = f"; {others} in {_calls(waiting)}" if waiting else ""
-        sentence = "; ".join(f"{_who(p.rank)} {p.words}" for p in culprits) + rest
+        sentence = "; ".join(f"{who(p.rank)} {p.words}" for p in culprits) + rest
     elif waiting and len(waiting) == len(places):
         sentence = (f"all {len(places)} ranks Argus could see wait in {_calls(waiting)}: the rank holding them up "
                     "is not among them (another node, or the network)")
     else:
-        sentence = "no rank stands out: " + "; ".join(f"{_who(p.rank)} {p.words}" for p in places[:8])
+        sentence = "no rank stands out: " + "; ".join(f"{who(p.rank)} {p.words}" for p in places[:8])
     return Localization(culprits, waiting, places, sentence)
+
+
+def ranks_of(processes: Sequence[dict[str, Any]]) -> list[RankStack]:
+    """The ranks among a job's processes (collectors.rank_stacks.ProcessStack attrs): the actors of one class (a
+    job's ranks share their worker class), the class some of whose actors wait in a collective, else the most
+    numerous. The driver and helper actors of other classes are not ranks: a driver waiting on ray.get is never a
+    culprit. A job with no actors (a driver that runs the work itself, or torchrun under it) is its driver."""
+    by_class: dict[str, list[RankStack]] = {}
+    for p in processes:
+        label, pid = str(p.get("label") or "process"), p.get("pid")
+        raw = p.get("dump")
+        dump = raw if isinstance(raw, str) else str(p.get("error") or "no stack")
+        rank = RankStack(f"{label} pid {pid}", pid if isinstance(pid, int) else None,
+                         p.get("node_ip") or p.get("node_id"), dump, state=p.get("state") or None)
+        by_class.setdefault(label, []).append(rank)
+    actors = {c: r for c, r in by_class.items() if c != "driver"} or by_class
+    if not actors:
+        return []
+    waiting = [c for c, ranks in actors.items() if any(place_of(r).kind == "collective" for r in ranks)]
+    return actors[waiting[0] if waiting else max(actors, key=lambda c: len(actors[c]))]
+
+
+@dataclass(frozen=True)
+class HangCall:
+    """What two stack samples a few seconds apart say of a job that stopped making progress.
+
+    verdict: "hung" (confirmed: ranks wait in a collective and none moved, or a rank is stopped), "working" (a rank
+    does known silent work: not a hang while it lasts), "busy" (a rank runs outside the collective and its stack
+    moved: maybe work Argus does not know, so the stall is judged by silence alone), "unknown" (no rank waits in a
+    collective, or no stack could be read: the stacks cannot tell)."""
+
+    verdict: str
+    localization: Localization
+    why: str
+
+
+def judge(first: Sequence[RankStack], second: Sequence[RankStack]) -> HangCall:
+    """The verdict of two samples of the same ranks (`second` the later), and where each rank is in the later."""
+    found = localize(second)
+    before = {r.pid: r for r in first if r.pid is not None}
+
+    def earlier_of(place: Place) -> RankStack | None:
+        return before.get(place.rank.pid) if place.rank.pid is not None else None
+
+    def moved(place: Place, lines: bool) -> bool:
+        earlier = earlier_of(place)
+        return earlier is not None and signature(earlier, lines=lines) != signature(place.rank, lines=lines)
+    working = [p for p in found.places if p.kind == "working"]
+    if working:
+        return HangCall("working", found, "; ".join(f"{who(p.rank)} {p.words}" for p in working[:4]))
+    readable = [p for p in found.places if p.kind != "unknown"]
+    if not readable and not any(p.kind == "unknown" and "suspend" in p.note for p in found.places):
+        return HangCall("unknown", found, "no rank's stack could be read")
+    # A rank in uninterruptible sleep in one sample only is doing I/O, not stuck in it.
+    passing = [p for p in found.culprits if p.rank.state == "D" and (e := earlier_of(p)) is not None
+               and e.state != "D"]
+    if passing:
+        return HangCall("busy", found, f"{who(passing[0].rank)} is in uninterruptible sleep (I/O) in one sample only")
+    if any(p.kind == "stopped" for p in found.culprits):
+        return HangCall("hung", found, found.sentence)
+    if not found.waiting:
+        return HangCall("unknown", found, "no rank waits in a collective")
+    # A rank outside the collective that went from one function to another is doing something; one that stayed
+    # in one function (blocked, or spinning in a loop) while the others waited the whole gap is what they wait for.
+    running = [p for p in found.culprits if p.kind == "elsewhere" and moved(p, lines=False)]
+    if running:
+        return HangCall("busy", found, f"{who(running[0].rank)} runs outside the collective and its stack moved "
+                        f"between the samples ({running[0].words})")
+    # Ranks all in a collective but not the same line twice: a job training without printing, not one hung.
+    if not found.culprits and any(moved(p, lines=True) for p in found.waiting):
+        return HangCall("busy", found, "the ranks wait in collectives but their stacks moved between the samples")
+    return HangCall("hung", found, found.sentence)

@@ -73,6 +73,7 @@ from core.types import (
     fingerprint_of,
     utcnow,
 )
+from detectors.hang_stacks import HangCall, judge, ranks_of
 from detectors.memory import SavedState, StateUnreadable, job_key, keep_newest
 from detectors.resubmissions import JobRuns
 from detectors.stall_state import (
@@ -160,6 +161,18 @@ def load_patterns(items: Iterable[Mapping[str, Any] | ProgressPattern]) -> tuple
     return tuple(p if isinstance(p, ProgressPattern) else ProgressPattern.from_mapping(p) for p in items)
 
 
+@dataclass
+class _Suspicion:
+    """A job silent past its suspicion threshold, and what its stacks said of it (not kept across restarts: it is
+    found again within one suspicion threshold)."""
+
+    last_at: datetime  # the progress it went silent after: progress since ends the suspicion
+    since: datetime  # when Argus began to suspect it; samples taken before do not count
+    requested_at: datetime | None = None
+    call: HangCall | None = None
+    call_at: datetime | None = None  # when the samples behind `call` were taken (the first of the two)
+
+
 @dataclass(frozen=True)
 class JobProgress:
     """What the detector has learnt of one RUNNING job's progress (for dashboards; it judges nothing)."""
@@ -170,7 +183,8 @@ class JobProgress:
 
 @dataclass(frozen=True)
 class _Verdict:
-    stalled: bool
+    stalled: bool  # silent past the threshold: a hang even without stacks
+    suspected: bool  # silent past the suspicion threshold: stacks are asked for, and may confirm it at once
     mode: str
     last_at: datetime
     last_line: Signal | None
@@ -187,6 +201,9 @@ class StallDetector:
         *,
         min_stall_s: float = 60.0,
         factor: float = 3.0,
+        suspect_min_s: float = 20.0,
+        max_work_s: float = 1800.0,
+        resample_s: float = 10.0,
         patterns: Sequence[ProgressPattern] | Iterable[Mapping[str, Any]] = DEFAULT_PATTERNS,
         startup_grace_s: float = 300.0,
         log_stream: str | None = "job-logs",
@@ -196,7 +213,11 @@ class StallDetector:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         """`memory`: where each job's rhythm is kept across restarts (loaded here, saved after each detect);
-        None keeps it in this process only."""
+        None keeps it in this process only. `suspect_min_s`: a job silent for max(suspect_min_s, factor x interval)
+        is suspected, and its stacks (STACKS signals, asked for through `stack_requests`) confirm a hang at once;
+        without stacks a hang is called after max(min_stall_s, factor x interval). `max_work_s`: how long stacks
+        showing silent work (a checkpoint save, data loading) hold a hang call back. `resample_s`: how soon stacks
+        that did not confirm are asked for again."""
         if min_stall_s <= 0 or factor < 1:
             raise ConfigError(
                 f"stall detector needs min_stall_s > 0 and factor >= 1, got {min_stall_s} and {factor}",
@@ -204,6 +225,10 @@ class StallDetector:
             )
         self.min_stall_s = float(min_stall_s)
         self.factor = float(factor)
+        self.suspect_min_s = float(suspect_min_s)
+        self.max_work = timedelta(seconds=max_work_s)
+        self.resample = timedelta(seconds=resample_s)
+        self._suspects: dict[str, _Suspicion] = {}
         self.startup_grace_s = float(startup_grace_s)
         self.patterns = load_patterns(patterns)
         self.log_stream = log_stream  # None: every LOG_LINE about a job counts
@@ -239,6 +264,9 @@ class StallDetector:
                     self._on_line(self._job(signal.subject), signal)
             elif signal.kind is SignalKind.METRIC and signal.attrs.get(keys.METRIC) in GPU_ACTIVITY_METRICS:
                 self._on_gpu(signal)
+        for signal in signals:  # after the lines: a sample of a job that has just moved again is stale
+            if signal.kind is SignalKind.STACKS and signal.subject.kind is SubjectKind.JOB:
+                self._on_stacks(signal)
         findings = self._judge(now)
         self._remember()
         return findings
@@ -265,6 +293,22 @@ class StallDetector:
         """The stall episodes that ended with progress since the last call (the second verb: see core.ports)."""
         done, self._recovered = self._recovered, []
         return done
+
+    def stack_requests(self) -> list[str]:
+        """The jobs whose stacks should be sampled now (the stack sampler asks each tick): those suspected of
+        hanging and not yet confirmed, once per suspicion, and again `resample_s` after stacks that did not
+        confirm it (silent work, or stacks that could not tell)."""
+        now = self._clock()
+        wanted: list[str] = []
+        for job_id, suspicion in self._suspects.items():
+            job = self._jobs.get(job_id)
+            if job is None or job.episode is not None:
+                continue
+            if suspicion.requested_at is None or (
+                    suspicion.call is not None and now - suspicion.requested_at >= self.resample):
+                suspicion.requested_at = now
+                wanted.append(job_id)
+        return wanted
 
     # -- memory across restarts (detectors/stall_state.py) ------------------------------------------
 
@@ -346,6 +390,22 @@ class StallDetector:
             _advance(counter, at, signal, value=float(raw) if raw is not None else None)
             return
 
+    def _on_stacks(self, signal: Signal) -> None:
+        suspicion = self._suspects.get(signal.subject.id)
+        samples = signal.attrs.get(keys.SAMPLES)
+        times = signal.attrs.get(keys.SAMPLED_AT) or []
+        if suspicion is None or not isinstance(samples, list) or len(samples) < 2:
+            return
+        taken = parse_iso(times[0]) if times else signal.observed_at
+        if taken is None or taken < suspicion.since:
+            return  # taken before this suspicion began: it says nothing of it
+        first, second = ranks_of(samples[-2]), ranks_of(samples[-1])
+        if not second:
+            return
+        suspicion.call, suspicion.call_at = judge(first, second), taken
+        logger.info("stacks of suspected job {}: {} ({})", signal.subject.id, suspicion.call.verdict,
+                    suspicion.call.why)
+
     def _on_gpu(self, signal: Signal) -> None:
         job_id = _job_of(signal)
         if job_id is None or job_id not in self._jobs or signal.value is None:
@@ -377,6 +437,7 @@ class StallDetector:
     def _judge_job(self, job_id: str, job: WatchedJob, now: datetime) -> list[Finding]:
         if job.seen_at is not None and now - job.seen_at > self.forget_after:
             self._end_episode(job)
+            self._suspects.pop(job_id, None)
             del self._jobs[job_id]
             return []
         if job.status is None:
@@ -392,6 +453,7 @@ class StallDetector:
                     del self._hung_ended[oldest]
                     self._hung_changed.add(oldest)
             self._end_episode(job)
+            self._suspects.pop(job_id, None)
             # Finished jobs keep nothing; a resubmission under the same id starts afresh.
             job.counters.clear()
             job.log = ProgressCounter()
@@ -401,13 +463,28 @@ class StallDetector:
             job.watch_from = None
             return []
         verdict = self._verdict(job, now)
-        if verdict is not None and not verdict.stalled and job.episode is not None:
+        if verdict is not None and not verdict.suspected and job.episode is not None:
             self._recovered.append(Recovery(fingerprint=job.episode, reason=_resumed(verdict),
                                             detector=self.name, observed_at=now))
-        if verdict is None or not verdict.stalled:
+        if verdict is None or not verdict.suspected:
+            self._suspects.pop(job_id, None)
             self._end_episode(job)
             return []
-        finding = self._finding(job, verdict, now)
+        suspicion = self._suspects.get(job_id)
+        if suspicion is None or suspicion.last_at != verdict.last_at:
+            suspicion = self._suspects[job_id] = _Suspicion(last_at=verdict.last_at, since=now)
+        call = suspicion.call
+        if job.episode is not None:
+            confirmed_by = "stacks" if call is not None and call.verdict == "hung" else "silence"
+        elif call is not None and call.verdict == "hung":
+            confirmed_by = "stacks"
+        elif not verdict.stalled:
+            return []  # suspected: its stacks will tell
+        elif call is not None and call.verdict == "working" and now - verdict.last_at < self.max_work:
+            return []  # silent work, as its stacks show: no hang while it lasts
+        else:
+            confirmed_by = "silence"
+        finding = self._finding(job, verdict, now, call, confirmed_by)
         job.episode = finding.fingerprint
         return [finding]
 
@@ -440,14 +517,17 @@ class StallDetector:
             due.append((counter.last_at + timedelta(seconds=threshold), threshold, counter))
         # The counter due last decides; its interval and threshold are the ones the finding quotes.
         stall_at, threshold, governing = max(due, key=lambda d: d[0])
-        if job.gpu_activity_at is not None:
-            stall_at = max(stall_at, job.gpu_activity_at + timedelta(seconds=threshold))
-        if job.watch_from is not None:
-            stall_at = max(stall_at, job.watch_from + timedelta(seconds=threshold))
+        suspect_at = max(c.last_at + timedelta(seconds=self._suspicion(c, mode)) for c in counters
+                         if c.last_at is not None)
+        for since in (job.gpu_activity_at, job.watch_from):
+            if since is not None:
+                stall_at = max(stall_at, since + timedelta(seconds=threshold))
+                suspect_at = max(suspect_at, since + timedelta(seconds=self._suspicion(governing, mode)))
         latest = max(counters, key=lambda c: c.last_at or now)
         assert latest.last_at is not None
         return _Verdict(
             stalled=now > stall_at,
+            suspected=now > min(suspect_at, stall_at),
             mode=mode,
             last_at=latest.last_at,
             last_line=latest.last_line,
@@ -465,11 +545,21 @@ class StallDetector:
             return self.min_stall_s * self.factor
         return max(self.min_stall_s, self.factor * interval)
 
+    def _suspicion(self, counter: ProgressCounter, mode: str) -> float:
+        """How long a silence makes a job suspect: max(suspect_min_s, factor x interval), never past the threshold.
+        A job whose rhythm is not known yet (no steps, or too few) is suspected only at its threshold."""
+        threshold = self._threshold(counter, mode)
+        interval = counter.interval() if mode == "steps" else None
+        if interval is None:
+            return threshold
+        return min(threshold, max(self.suspect_min_s, self.factor * interval))
+
     @staticmethod
     def _end_episode(job: WatchedJob) -> None:
         job.episode = None
 
-    def _finding(self, job: WatchedJob, v: _Verdict, now: datetime) -> Finding:
+    def _finding(self, job: WatchedJob, v: _Verdict, now: datetime, call: HangCall | None,
+                 confirmed_by: str) -> Finding:
         stalled_s = (now - v.last_at).total_seconds()
         line = v.last_line
         what = "step line" if v.mode == "steps" else "log line"
@@ -480,9 +570,15 @@ class StallDetector:
         summary = (
             f"Job {job.subject.id} is RUNNING but made no progress for {stalled_s:.0f} s "
             f"(threshold {v.threshold:.0f} s; {rhythm}); the last {what} was "
-            f"{_quote(line.text if line else None)}. A hung collective is likely: NCCL's watchdog would "
-            "only fire after its timeout (10 min by default)."
+            f"{_quote(line.text if line else None)}. "
         )
+        if confirmed_by == "stacks" and call is not None:
+            summary += (f"Its ranks' stacks, sampled twice a few seconds apart, show a hang: "
+                        f"{call.localization.sentence}.")
+        else:
+            summary += "A hung collective is likely: NCCL's watchdog only fires after its timeout."
+            if call is not None:
+                summary += f" Its ranks' stacks: {call.why}."
         rule = (
             f"max({self.min_stall_s:g} s, {self.factor:g} x interval)" if v.mode == "steps"
             else f"no step lines yet: max({self.startup_grace_s:g} s start-up grace, {self.factor:g} x longest silence)"
@@ -502,6 +598,8 @@ class StallDetector:
                 value=round(stalled_s, 1),
             )
         )
+        if call is not None:
+            evidence.extend(Evidence(source="py-spy", text=text, at=now) for text in call.localization.lines())
         for gpu, sample in sorted(job.gpu_samples.items())[:8]:
             evidence.append(
                 Evidence(
@@ -513,6 +611,8 @@ class StallDetector:
             )
         gpu_seen = bool(job.gpu_samples)
         confidence = {"steps": 0.8, LOG_GROWTH: 0.55}[v.mode] + (0.1 if gpu_seen else 0.0)
+        if confirmed_by == "stacks":
+            confidence = 0.95
         return Finding(
             category=Category.NCCL_HANG,
             reason=REASON,
@@ -538,6 +638,9 @@ class StallDetector:
                 "last_progress_source": line.source if line is not None else None,
                 "last_progress_line_no": line.line if line is not None else None,
                 "gpus": sorted(job.gpu_samples),
+                "confirmed_by": confirmed_by,
+                "stacks_verdict": call.verdict if call is not None else None,
+                "localization": call.localization.as_json() if call is not None else None,
             },
         )
 

@@ -28,16 +28,17 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
 from loguru import logger
 
+from collectors.rank_stacks import ProcessStates, job_processes, parse_ps_states, take_job_stacks
+from collectors.ray_api import RayStateApi
 from control import commands
 from control.adopt import RaySubmission, package_exists, read_submission
 from control.jobs import JobController
@@ -50,12 +51,11 @@ from core.jobfolder import JobFolder, JobFolders
 from core.lineage import Lineage, resubmission_id
 from core.refs import refs_of
 from core.types import ActionState, Incident, utcnow
-from detectors.hang_stacks import RankStack, localize, place_of
+from detectors.hang_stacks import localize, ranks_of
 from detectors.timestamps import parse_iso
 from remediation.resume import exit_status_is_the_trainers, plan_resume
 
 ACTOR = "argus-remediation"
-MAX_STACKS = 64
 KERNEL_LOG = ["sh", "-c", "dmesg -T 2>/dev/null | tail -n 300 || journalctl -k -n 300 --no-pager"]
 RAY_BIN = str(Path(sys.executable).parent / "ray")
 ENDED_BEFORE_SLACK = timedelta(seconds=30)  # see _ended_apart
@@ -227,50 +227,40 @@ def _job_scene(ctx: Context, scene: _Scene, sid: str) -> str | None:
     scene.json("ray/tasks.json", tasks[:2000])
     groups = scene.attempt("placement groups", lambda: ray_list(ctx, "list_placement_groups", detail=True)) or []
     scene.json("ray/placement_groups.json", [g for g in groups if g.get("creator_job_id") == job_id])
-    targets = [(a.get("class_name") or "actor", a.get("pid"), a.get("node_id")) for a in actors
-               if a.get("state") == "ALIVE" and a.get("pid")]
-    driver = getattr(info, "driver_info", None)
-    if driver is not None and getattr(driver, "pid", None):
-        targets.insert(0, ("driver", int(driver.pid), getattr(driver, "node_id", None) or info.driver_node_id))
-    dumps: list[tuple[str, int, str | None, str]] = []
-    for label, pid, node_id in targets[:MAX_STACKS]:
-        problems = len(scene.problems)
-        stack = scene.attempt(f"stack of {label} pid {pid}", partial(_traceback, ctx, pid, node_id))
-        if stack is not None:
-            scene.text(f"stacks/{_safe(label)}-{pid}.txt", stack)
-        dumps.append((label, int(pid), node_id, stack if stack is not None else scene.problems[problems]))
-    return _localize(ctx, scene, dumps)
-
-
-def _localize(ctx: Context, scene: _Scene, dumps: list[tuple[str, int, str | None, str]]) -> str | None:
-    """Which rank holds the job up (detectors/hang_stacks.py), written as stacks/localization.json; its sentence.
-
-    The ranks are the actors of one class (a job's ranks share their worker class): the class some actors wait
-    in a collective in, else the most numerous one. The driver and helper actors of other classes are not
-    ranks: a driver waiting on ray.get is never a culprit."""
-    by_class: dict[str, list[RankStack]] = {}
-    ips = {n.get("node_id"): n.get("node_ip") for n in scene.attempt(
-        "Ray's node list", lambda: ray_list(ctx, "list_nodes", detail=True)) or []}
-    for label, pid, node_id, text in dumps:
-        if label != "driver":
-            by_class.setdefault(label, []).append(RankStack(f"{label} pid {pid}", pid, ips.get(node_id) or node_id,
-                                                            text))
-    if not by_class:
+    found = scene.attempt("the job's processes", lambda: job_processes(
+        RayStateApi(ctx.dashboard_url, ctx.request_timeout_s), sid))
+    if found is None or not found.processes:
         return None
-    waiting = [c for c, ranks in by_class.items() if any(place_of(r).kind == "collective" for r in ranks)]
-    ranks = by_class[waiting[0] if waiting else max(by_class, key=lambda c: len(by_class[c]))]
-    found = localize(ranks)
-    scene.json("stacks/localization.json", found.as_json())
-    return found.sentence
+    stacks = take_job_stacks(ctx.dashboard_url, found.processes, states=_process_states(ctx))
+    for stack in stacks:
+        if stack.dump is not None:
+            scene.text(f"stacks/{_safe(stack.label)}-{stack.pid}.txt", stack.dump)
+        else:
+            scene.problems.append(f"stack of {stack.label} pid {stack.pid}: {stack.error}"[:300])
+    scene.json("stacks/processes.json", [{k: v for k, v in s.as_attrs().items() if k != "dump"} for s in stacks])
+    ranks = ranks_of([s.as_attrs() for s in stacks])
+    if not ranks or all(r.label.startswith("driver ") for r in ranks):
+        return None
+    located = localize(ranks)
+    scene.json("stacks/localization.json", located.as_json())
+    return located.sentence
 
 
-def _traceback(ctx: Context, pid: int, node_id: str | None) -> str:
-    params = {"pid": str(pid), "node_id": node_id or "", "native": "0"}
-    response = httpx.get(f"{ctx.dashboard_url}/worker/traceback", params=params, timeout=30)
-    if response.status_code != 200:
-        hint = " (set RAY_DASHBOARD_ENABLE_PROFILING=1 on the head)" if "PROFILING" in response.text else ""
-        raise RuntimeError(f"HTTP {response.status_code}: {response.text.strip()[:200]}{hint}")
-    return response.text
+def _process_states(ctx: Context) -> ProcessStates:
+    """Process states from /proc on this host, and over SSH on the nodes Argus manages."""
+    manager = ctx.nodes
+    if manager is None:
+        return ProcessStates()
+
+    def over_ssh(ip: str, pids: Sequence[int]) -> dict[int, str]:
+        record = registered_node(ctx.registry, None, ip)
+        if record is None:
+            return {}
+        outcome = manager.runner_factory(record.spec).run(
+            ["ps", "-o", "pid=,stat=", "-p", ",".join(str(p) for p in pids)], timeout_s=15)
+        return parse_ps_states(outcome.stdout) if outcome.stdout else {}
+
+    return ProcessStates(remote=over_ssh)
 
 
 def _node_scene(ctx: Context, scene: _Scene, incident: Incident) -> None:
