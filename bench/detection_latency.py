@@ -5,8 +5,10 @@ scraping Ray and a DCGM exporter SIMULATOR on worker 1, and Argus's full loop (`
 every --poll seconds). Then, --runs times:
 - gpu_oom: a job's driver prints a CUDA OOM traceback line (text printed by the job, no GPU) at a time it
   announces; latency = incident - that time. Budget 30 s.
-- nccl_hang: a job prints `step N ts=<time>` every second and then stops (hangs); latency = incident -
-  last step. Budget max(60 s, 3 x step) + 30 s (the stall detector's floor is its production default, 60 s).
+- nccl_hang: a real 2-rank gloo job (stage/localstack/jobs/gloo_steps.py) prints `step N ... ts=<time>` every
+  0.5 s until one rank stops taking part (it sleeps in its step) and the other waits in all_reduce; latency =
+  incident - last step. The stall detector runs with its production thresholds: a silence of max(20 s, 3 x step)
+  is a suspicion that the ranks' stacks, sampled twice 3 s apart, confirm. Budget 30 s.
 - idle_gpu: a job holds worker 1's 4 GPUs while the simulator reports them busy, then 0% from a known
   time; latency = incident - that time. Budget window + 30 s (--idle-window, default 60 s; production 600 s).
 - node_lost: SIGKILL of worker 1's raylet; latency = incident - kill, next to Ray's own DEAD verdict.
@@ -38,6 +40,7 @@ from argus.wiring import build_incidents, build_pipeline  # noqa: E402
 from core.logging import setup_logging  # noqa: E402
 from core.settings import load_settings  # noqa: E402
 from core.types import Category  # noqa: E402
+from stage.localstack.jobs import JOBS_DIR  # noqa: E402
 from stage.localstack.process import REGISTRY, install_exit_handlers  # noqa: E402
 from stage.localstack.prometheus import Prometheus  # noqa: E402
 from stage.localstack.ray_cluster import RayCluster  # noqa: E402
@@ -52,13 +55,6 @@ OOM_JOB = textwrap.dedent('''
     print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
           "capacity of 79.11 GiB of which 1.06 GiB is free.", flush=True)
     sys.exit(1)
-''')
-STALL_JOB = textwrap.dedent('''
-    import time
-    for step in range(1, 11):
-        print(f"step {step} ts={time.time():.3f} loss={1.0 / step:.4f}", flush=True)
-        time.sleep(1.0)
-    time.sleep(3600)  # the hang: no more steps, the job stays RUNNING
 ''')
 IDLE_JOB = textwrap.dedent('''
     import time, ray
@@ -90,7 +86,8 @@ def main() -> int:
     ray_verdicts: list[float] = []
     try:
         with console.status("starting Ray (head + 2 workers), a DCGM simulator and Prometheus"):
-            cluster = RayCluster(work / "ray", fast_health_check=True, worker_gpus=4)
+            cluster = RayCluster(work / "ray", fast_health_check=True, worker_gpus=4,
+                                 head_env={"RAY_DASHBOARD_ENABLE_PROFILING": "1"})  # the stacks that confirm hangs
             REGISTRY.add(cluster)
             cluster.start()
             sim = DcgmExporterSim("gpu-node-1", gpus=4, host=cluster.worker(1).ip).start()
@@ -108,7 +105,7 @@ def main() -> int:
         daemon.start()
         scripts = work / "jobs"
         scripts.mkdir()
-        for name, text in (("oom", OOM_JOB), ("stall", STALL_JOB), ("idle", IDLE_JOB)):
+        for name, text in (("oom", OOM_JOB), ("idle", IDLE_JOB)):
             (scripts / f"{name}.py").write_text(text)
         from ray.job_submission import JobSubmissionClient
 
@@ -173,13 +170,16 @@ def _oom(client, scripts, store, run, results) -> None:
 
 
 def _stall(client, scripts, store, run, results) -> None:
-    sid = client.submit_job(entrypoint=f"{sys.executable} {scripts / 'stall.py'}",
-                            submission_id=f"stall-{run}-{int(time.time())}", entrypoint_resources={"worker2": 0.1})
+    command = [sys.executable, str(JOBS_DIR / "gloo_steps.py"), "--world", "2", "--fault", "sleep", "--fault-rank",
+               "1", "--stall-after", "12", "--steps", "100000", "--interval-start", "0.5", "--interval-end", "0.5",
+               "--timeout", "900", "--stamp"]
+    sid = client.submit_job(entrypoint=" ".join(command), submission_id=f"stall-{run}-{int(time.time())}",
+                            entrypoint_resources={"worker2": 0.1})
     incident = _wait_incident(store, Category.NCCL_HANG, sid, timeout=240)
     if incident:
         last = max(float(t.split("ts=")[1].split()[0]) for f in store.findings_for(incident.id)
                    for e in f.evidence for t in [e.text] if "ts=" in t)
-        _record(results, "nccl_hang", incident.detected_at.timestamp() - last, max(60.0, 3 * 1.0) + 30)
+        _record(results, "nccl_hang", incident.detected_at.timestamp() - last, 30.0)
     client.stop_job(sid)
 
 

@@ -63,12 +63,12 @@ class ProcessStates:
     def __init__(self, remote: RemoteStates | None = None, proc: Path = Path("/proc")) -> None:
         self._remote = remote
         self._proc = proc
-        self._local_ips = _local_addresses()
+        self._local_ips = local_addresses()
 
     def of(self, node_ip: str | None, pids: Sequence[int]) -> dict[int, str]:
         if not pids:
             return {}
-        if node_ip is not None and _is_local(node_ip, self._local_ips):
+        if node_ip is not None and is_local_address(node_ip, self._local_ips):
             return {pid: state for pid in pids if (state := _proc_state(self._proc, pid)) is not None}
         if node_ip is not None and self._remote is not None:
             try:
@@ -99,7 +99,7 @@ def _proc_state(proc: Path, pid: int) -> str | None:
     return rest[0] if rest and len(rest[0]) == 1 and rest[0].isalpha() else None
 
 
-def _local_addresses() -> frozenset[str]:
+def local_addresses() -> frozenset[str]:
     addresses = {"localhost"}
     try:
         import psutil
@@ -111,7 +111,7 @@ def _local_addresses() -> frozenset[str]:
     return frozenset(addresses)
 
 
-def _is_local(ip: str, local: frozenset[str]) -> bool:
+def is_local_address(ip: str, local: frozenset[str]) -> bool:
     if ip in local:
         return True
     try:

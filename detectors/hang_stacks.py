@@ -132,9 +132,11 @@ class Place:
 
 
 def place_of(rank: RankStack) -> Place:
-    if rank.state in STOPPED_STATES:
-        return Place(rank, "stopped", note=STOPPED_STATES[rank.state])
     threads = parse_dump(rank.dump)
+    # A stopped or dead process is where it is whatever its stack says. A process in D with a readable stack is
+    # placed by its stack: a checkpoint save on a busy disk spends whole seconds in D, a state no stuck rank owns.
+    if rank.state in STOPPED_STATES and (rank.state != "D" or not threads):
+        return Place(rank, "stopped", note=STOPPED_STATES[rank.state])
     if not threads:
         first = next((line.strip() for line in rank.dump.splitlines() if line.strip().startswith(("Error", "0:"))),
                      rank.dump.strip().splitlines()[0] if rank.dump.strip() else "empty")
@@ -194,7 +196,8 @@ class Localization:
 def who(rank: RankStack) -> str:
     details = [f"pid {rank.pid}" if rank.pid is not None and f"pid {rank.pid}" not in rank.label else None,
                f"node {rank.node}" if rank.node else None, f"GPU {rank.gpu}" if rank.gpu else None,
-               f"state {rank.state}" if rank.state and rank.state not in STOPPED_STATES else None]
+               f"state {rank.state}" if rank.state and (rank.state not in STOPPED_STATES
+                                                        or (rank.state == "D" and parse_dump(rank.dump))) else None]
     said = ", ".join(d for d in details if d)
     return f"{rank.label} ({said})" if said else rank.label
 
@@ -266,8 +269,9 @@ class HangCall:
     why: str
 
 
-def judge(first: Sequence[RankStack], second: Sequence[RankStack]) -> HangCall:
-    """The verdict of two samples of the same ranks (`second` the later), and where each rank is in the later."""
+def judge(first: Sequence[RankStack], second: Sequence[RankStack], previous: HangCall | None = None) -> HangCall:
+    """The verdict of two samples of the same ranks (`second` the later), and where each rank is in the later.
+    `previous`: the call on the samples before these, in the same silence (what a rank was doing before)."""
     found = localize(second)
     before = {r.pid: r for r in first if r.pid is not None}
 
@@ -280,6 +284,13 @@ def judge(first: Sequence[RankStack], second: Sequence[RankStack]) -> HangCall:
     working = [p for p in found.places if p.kind == "working"]
     if working:
         return HangCall("working", found, "; ".join(f"{who(p.rank)} {p.words}" for p in working[:4]))
+    # A rank in D with no readable stack (py-spy cannot attach while it sleeps in the kernel) that was at silent work
+    # in the sample or the call before is still at it: the work's own I/O.
+    at_work = {p.rank.pid: p.note for p in _places_at_work(first, previous)}
+    writing = [p for p in found.culprits if p.rank.state == "D" and p.kind == "stopped" and p.rank.pid in at_work]
+    if writing and len(writing) == len(found.culprits):
+        return HangCall("working", found, "; ".join(
+            f"{who(p.rank)} is in uninterruptible sleep (I/O) while {at_work[p.rank.pid]}" for p in writing[:4]))
     readable = [p for p in found.places if p.kind != "unknown"]
     if not readable and not any(p.kind == "unknown" and "suspend" in p.note for p in found.places):
         return HangCall("unknown", found, "no rank's stack could be read")
@@ -302,3 +313,11 @@ def judge(first: Sequence[RankStack], second: Sequence[RankStack]) -> HangCall:
     if not found.culprits and any(moved(p, lines=True) for p in found.waiting):
         return HangCall("busy", found, "the ranks wait in collectives but their stacks moved between the samples")
     return HangCall("hung", found, found.sentence)
+
+
+def _places_at_work(first: Sequence[RankStack], previous: HangCall | None) -> list[Place]:
+    """The ranks seen at silent work in the earlier sample, or by the call before."""
+    places = [place_of(r) for r in first]
+    if previous is not None:
+        places += list(previous.localization.places)
+    return [p for p in places if p.kind == "working" and p.rank.pid is not None]

@@ -402,7 +402,7 @@ class StallDetector:
         first, second = ranks_of(samples[-2]), ranks_of(samples[-1])
         if not second:
             return
-        suspicion.call, suspicion.call_at = judge(first, second), taken
+        suspicion.call, suspicion.call_at = judge(first, second, previous=suspicion.call), taken
         logger.info("stacks of suspected job {}: {} ({})", signal.subject.id, suspicion.call.verdict,
                     suspicion.call.why)
 

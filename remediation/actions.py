@@ -4,8 +4,9 @@ with what it did); none raises for a failure of the cluster, and each is safe to
 - keep_scene: what a person needs to debug, into `<shared>/jobs/<sid>/scene/<incident>/` with a manifest:
   the incident and findings, Ray's view of the job (job, actors, tasks, placement groups), stack dumps of
   the job's processes through the dashboard (py-spy; needs RAY_DASHBOARD_ENABLE_PROFILING=1 on the head),
-  the driver log tail, the spec and submit call, the node's Ray state, and its kernel log over SSH when
-  Argus manages the node.
+  each process's state letter, the driver log tail, the ranks' PyTorch flight recorder dumps where the job
+  turned the recorder on (collectors/flight_recorder.py), the spec and submit call, the node's Ray state, and
+  its kernel log over SSH when Argus manages the node.
 - drain_node: through the node manager when Argus manages the node; otherwise `ray drain-node` from this
   host (a GCS request); a node Ray has already removed needs nothing.
 - resubmit_job: the job again under the deterministic id `<root>-r<n>`: from its JobSpec when Argus submitted
@@ -30,13 +31,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
+from collectors.flight_recorder import FlightRecorderReader, NodeCommand
 from collectors.rank_stacks import ProcessStates, job_processes, parse_ps_states, take_job_stacks
 from collectors.ray_api import RayStateApi
 from control import commands
@@ -176,6 +178,12 @@ class _Scene:
     def json(self, name: str, data: Any) -> None:
         self.text(name, json.dumps(data, indent=2, default=str) + "\n")
 
+    def binary(self, name: str, data: bytes) -> None:
+        path = self.folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        self.files.append(name)
+
     def attempt(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
@@ -238,29 +246,62 @@ def _job_scene(ctx: Context, scene: _Scene, sid: str) -> str | None:
         else:
             scene.problems.append(f"stack of {stack.label} pid {stack.pid}: {stack.error}"[:300])
     scene.json("stacks/processes.json", [{k: v for k, v in s.as_attrs().items() if k != "dump"} for s in stacks])
+    recorded = _flight_records(ctx, scene, found.processes, info)
     ranks = ranks_of([s.as_attrs() for s in stacks])
     if not ranks or all(r.label.startswith("driver ") for r in ranks):
-        return None
+        return recorded
     located = localize(ranks)
     scene.json("stacks/localization.json", located.as_json())
-    return located.sentence
+    return located.sentence + (f"; {recorded}" if recorded else "")
+
+
+def _on_node(ctx: Context) -> NodeCommand | None:
+    """A command on a node Argus manages, over SSH: its stdout, or None when the node is not Argus's or it failed."""
+    manager = ctx.nodes
+    if manager is None:
+        return None
+
+    def run(ip: str, argv: Sequence[str]) -> str | None:
+        record = registered_node(ctx.registry, None, ip)
+        if record is None:
+            return None
+        outcome = manager.runner_factory(record.spec).run(list(argv), timeout_s=30)
+        return outcome.stdout if outcome.ok or outcome.stdout else None  # ps says 1 when one pid is gone
+
+    return run
 
 
 def _process_states(ctx: Context) -> ProcessStates:
     """Process states from /proc on this host, and over SSH on the nodes Argus manages."""
-    manager = ctx.nodes
-    if manager is None:
+    on_node = _on_node(ctx)
+    if on_node is None:
         return ProcessStates()
 
     def over_ssh(ip: str, pids: Sequence[int]) -> dict[int, str]:
-        record = registered_node(ctx.registry, None, ip)
-        if record is None:
-            return {}
-        outcome = manager.runner_factory(record.spec).run(
-            ["ps", "-o", "pid=,stat=", "-p", ",".join(str(p) for p in pids)], timeout_s=15)
-        return parse_ps_states(outcome.stdout) if outcome.stdout else {}
+        out = on_node(ip, ["ps", "-o", "pid=,stat=", "-p", ",".join(str(p) for p in pids)])
+        return parse_ps_states(out) if out else {}
 
     return ProcessStates(remote=over_ssh)
+
+
+def _flight_records(ctx: Context, scene: _Scene, processes: Sequence[tuple[str, int, str | None, str | None]],
+                    info: Any) -> str | None:
+    """The ranks' flight recorder dumps, where the job turned the recorder on; what they say, in one sentence."""
+    runtime_env = getattr(info, "runtime_env", None) or {}
+    env = runtime_env.get("env_vars") if isinstance(runtime_env, dict) else None
+    started = getattr(info, "start_time", None)  # ms since the epoch
+    since = datetime.fromtimestamp(started / 1000, timezone.utc) if isinstance(started, int | float) else None
+    records = scene.attempt("flight recorder dumps", lambda: FlightRecorderReader(_on_node(ctx)).read(
+        [(pid, ip) for _, pid, _, ip in processes],  # the driver too: under torchrun it is where the ranks start
+        job_env=env if isinstance(env, dict) else None, since=since))
+    if records is None or not records.enabled:
+        return None
+    for dump in records.dumps:
+        if dump.data is not None:
+            scene.binary(f"flight_recorder/{_safe(dump.node_ip)}/{_safe(Path(dump.path).name)}", dump.data)
+    scene.json("flight_recorder/index.json", records.as_json())
+    scene.problems.extend(records.problems)
+    return records.sentence() or None
 
 
 def _node_scene(ctx: Context, scene: _Scene, incident: Incident) -> None:

@@ -85,6 +85,25 @@ def test_a_rank_saving_a_checkpoint_is_silent_work_however_long_the_others_wait(
     assert "saving a checkpoint" in call.why and "pid 4003" in call.why
 
 
+def test_a_save_in_uninterruptible_sleep_is_still_silent_work() -> None:
+    # Seen on the real cluster: torch.save of a checkpoint spends whole seconds in D (disk I/O), both samples.
+    # With a readable stack, the stack decides and the state is said.
+    in_d = [proc(4000, WAIT), proc(4003, SAVING, state="D")]
+    call = judge(ranks(*in_d), ranks(*in_d))
+    assert call.verdict == "working" and "state D" in call.why and "saving a checkpoint" in call.why
+    # With none (py-spy cannot attach in D), what the rank was doing in the earlier sample, or the call before, says.
+    unreadable = [proc(4000, WAIT), proc(4003, None, state="D", error="Error: Failed to suspend process")]
+    call = judge(ranks(proc(4000, WAIT), proc(4003, SAVING, state="R")), ranks(*unreadable))
+    assert call.verdict == "working" and "uninterruptible sleep (I/O) while saving a checkpoint" in call.why
+    before = judge(ranks(proc(4000, WAIT), proc(4003, SAVING)), ranks(proc(4000, WAIT), proc(4003, SAVING)))
+    call = judge(ranks(*unreadable), ranks(*unreadable), previous=before)
+    assert call.verdict == "working"
+    # A rank in D all along with no stack and nothing known of it is what it looks like: stuck in the kernel.
+    assert judge(ranks(*unreadable), ranks(*unreadable)).verdict == "hung"
+    blocked = [proc(4000, WAIT), proc(4003, dump("gloo_rank2_blocked_on_lock.txt"), state="D")]
+    assert judge(ranks(*blocked), ranks(*blocked)).verdict == "hung"
+
+
 def test_all_ranks_waiting_still_is_a_hang_whose_cause_is_elsewhere_but_moving_waits_are_not() -> None:
     still = [proc(4000, WAIT), proc(4001, WAIT)]
     call = judge(ranks(*still), ranks(*still))

@@ -5,7 +5,10 @@ rank's py-spy stack, and list the others as waiting in the collective.
 Real: the Ray cluster (session fixture: head + 2 workers on loopback), the jobs submitted through the Jobs API
 (stage/localstack/jobs/gloo_steps.py --world N --fault F --fault-rank R, ranks spread over both workers), torch
 2.13 (CPU) with gloo process groups, each rank's pid and node as the job itself reports them (--ranks-file), the
-stacks taken by py-spy through Ray's dashboard (/worker/traceback), and keep_scene writing the scene.
+stacks taken by py-spy through Ray's dashboard (/worker/traceback), and keep_scene writing the scene. Each job
+turns PyTorch's flight recorder on (TORCH_FR_BUFFER_SIZE in its runtime_env) and its ranks dump it 2 s into the hang
+(--fr-dump-after: what NCCL's watchdog does on a timeout, which gloo lacks); the scene keeps those dumps and says
+which rank is behind.
 Simulated: the incident handed to keep_scene (no detector runs here: tests/faults/test_stall_real.py covers
 finding the stall). All six jobs run at once (module fixture), to keep the tests short.
 """
@@ -40,6 +43,7 @@ SCRIPT = JOBS_DIR / "gloo_steps.py"
 STALL_AFTER = 3  # the fault comes after this step
 INTERVAL_S = 0.2
 GLOO_TIMEOUT_S = 600  # far beyond the test: every hang here is still a hang when the scene is kept
+FR_DUMP_AFTER_S = 2
 # world -> fault -> the rank at fault (rank r runs on worker r % 2 + 1)
 FAULT_RANKS = {4: {"stop": 3, "spin": 2, "lock": 1}, 2: {"stop": 1, "spin": 0, "lock": 1}}
 # fault -> how the culprit's place reads in localization.json
@@ -58,6 +62,7 @@ class Job:
     ranks_file: Path
     tail: DriverLogTail
     ranks: list[dict[str, Any]] | None = None
+    fr_folder: Path | None = None  # where its ranks dump their flight recorder
     submitted: float = 0.0  # time.monotonic() of the submission, of its ranks being known, of its fault
     ranks_at: float = 0.0
     faulted_at: float = 0.0
@@ -76,12 +81,15 @@ def submit(cluster: RayCluster, folder: Path, world: int, fault: str, rank: int)
     client = JobSubmissionClient(cluster.dashboard_url)
     sid = f"argus-hang-{fault}-{uuid.uuid4().hex[:8]}"
     ranks_file = folder / f"{sid}-ranks.json"
+    (folder / f"{sid}-fr").mkdir()
+    env = {"TORCH_FR_BUFFER_SIZE": "200", "TORCH_FR_DUMP_TEMP_FILE": str(folder / f"{sid}-fr" / "trace_rank_")}
     args = ["--world", str(world), "--fault", fault, "--fault-rank", str(rank), "--stall-after", str(STALL_AFTER),
             "--steps", "100000", "--interval-start", str(INTERVAL_S), "--interval-end", str(INTERVAL_S),
-            "--timeout", str(GLOO_TIMEOUT_S), "--ranks-file", str(ranks_file)]
+            "--timeout", str(GLOO_TIMEOUT_S), "--ranks-file", str(ranks_file), "--fr-dump-after", str(FR_DUMP_AFTER_S)]
     client.submit_job(entrypoint=" ".join([sys.executable, str(SCRIPT), *args]), submission_id=sid,
-                      metadata={"test": "hang-ranks"})
-    return Job(fault, rank, client, sid, ranks_file, DriverLogTail(cluster, sid), submitted=time.monotonic())
+                      metadata={"test": "hang-ranks"}, runtime_env={"env_vars": env})
+    return Job(fault, rank, client, sid, ranks_file, DriverLogTail(cluster, sid), submitted=time.monotonic(),
+               fr_folder=folder / f"{sid}-fr")
 
 
 def wait_until_faulted(jobs: list[Job], timeout: float) -> None:
@@ -105,8 +113,15 @@ def wait_until_faulted(jobs: list[Job], timeout: float) -> None:
                              f"{j.tail.lines[-5:]}" for j in pending)
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for the faults: {said}")
         time.sleep(0.3)
-    # The other ranks reach the next all_reduce one step interval after the step line; give them that and more.
+    # The other ranks reach the next all_reduce one step interval after the step line; give them that and more, and
+    # every rank that can (not a stopped one) the time to dump its flight recorder.
     time.sleep(INTERVAL_S + 1.5)
+    deadline = time.monotonic() + FR_DUMP_AFTER_S + 20
+    for job in jobs:
+        world = len(job.ranks or ())
+        expected = world - 1 if job.fault == "stop" else world
+        while len(list(job.fr_folder.glob("trace_rank_*[0-9]"))) < expected and time.monotonic() < deadline:
+            time.sleep(0.3)
 
 
 @pytest.fixture(scope="module")
@@ -161,9 +176,8 @@ def test_the_scene_names_the_rank_at_fault(ray_cluster: RayCluster, hung_jobs: d
         assert culprit["node"] == ray_cluster.worker(job.rank % 2 + 1).ip, said
         if job.fault == "stop":
             # py-spy cannot take a stopped process' stack ("Failed to suspend process"); the process state (T),
-            # where Argus reads it, says it outright.
-            assert (culprit["where"], culprit["words"]) == ("stopped", "stopped (state T)") or (
-                culprit["where"] == "unknown" and "suspend" in culprit["words"]), said
+            # which Argus reads from /proc for a process on its own host (every rank here), says it outright.
+            assert (culprit["where"], culprit["words"], culprit["state"]) == ("stopped", "stopped (state T)", "T"), said
         else:
             where, words = EXPECTED[job.fault]
             assert (culprit["where"], culprit["words"][:len(words)]) == (where, words), said
@@ -174,3 +188,21 @@ def test_the_scene_names_the_rank_at_fault(ray_cluster: RayCluster, hung_jobs: d
                                                         for r in range(world) if r != job.rank}, said
         others_said = "1 other rank waits" if world == 2 else f"{world - 1} other ranks wait"
         assert f"{others_said} in all_reduce" in local["sentence"], said
+
+        # The flight recorder: every rank that could dumped it, the scene keeps each dump as torch wrote it, and a
+        # rank that left the collective loop (spin, lock) is the one behind.
+        recorded = json.loads((scene / "flight_recorder" / "index.json").read_text())
+        dumps = {d["rank"]: d for d in recorded["dumps"]}
+        expected = set(range(world)) - ({job.rank} if job.fault == "stop" else set())
+        assert set(dumps) == expected, recorded
+        for r, d in dumps.items():
+            copy = scene / "flight_recorder" / d["node"] / f"trace_rank_{r}"
+            assert copy.read_bytes() == (job.fr_folder / f"trace_rank_{r}").read_bytes()
+            assert d["entries"] >= STALL_AFTER and d["last_op"] == "gloo:all_reduce", recorded
+        if job.fault == "stop":
+            assert len({d["last_seq"] for d in dumps.values()}) == 1, recorded
+        else:
+            ahead = max(d["last_seq"] for d in dumps.values())
+            assert [r for r, d in dumps.items() if d["last_seq"] < ahead] == [job.rank], recorded
+            assert f"rank {job.rank} last entered collective #{ahead - 1}" in recorded["sentence"], recorded
+            assert recorded["sentence"] in kept.message

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from collectors.logs import decode_line
 from collectors.ray_state import RayStateCollector
 from control.jobs import JobController
 from control.local import LocalRunner
@@ -76,7 +77,7 @@ class DriverLogTail:
         signals = []
         for raw in data[: end + 1].splitlines():
             self.line_no += 1
-            text = raw.decode("utf-8", "replace")
+            text = decode_line(raw)  # as the log collector reads it: colour codes gone
             self.lines.append(text)
             signals.append(
                 Signal(

@@ -3,9 +3,9 @@
 Submitted by the fault tests (tests/faults/test_stall_real.py, test_hang_ranks_real.py) and the demo as a real
 Ray job. `--world N` ranks (default 2) are spread over the local stack's two workers: rank i runs on worker
 (i % 2) + 1, through the workers' `worker1`/`worker2` resources. Each rank prints "rank R pid P node IP" once
-at start; rank 0 prints each step after its all_reduce returns. With `--ranks-file PATH` the driver also
-writes every rank's pid and node IP there as JSON ({"ranks": [{"rank", "pid", "node"}, ...]}) before training
-starts, so a test knows which process is which rank.
+at start; rank 0 prints each step after its all_reduce returns (with `--stamp`, ending in ts=<unix time>).
+With `--ranks-file PATH` the driver also writes every rank's pid and node IP there as JSON
+({"ranks": [{"rank", "pid", "node"}, ...]}) before training starts, so a test knows which process is which rank.
 
 With `--stall-after K`, rank `--fault-rank` (default 1) goes wrong after step K, as `--fault` says:
 - sleep (the default): it sleeps forever in Rank.train, as a rank stuck in a dataloader or a dead GPU would;
@@ -16,6 +16,10 @@ With `--stall-after K`, rank `--fault-rank` (default 1) goes wrong after step K,
   other ranks wait in dist.barrier(); then training goes on and the job succeeds after --steps steps.
 For the first four the other ranks block inside all_reduce until gloo's `--timeout`: the hang Argus must find
 long before that timeout. For save nothing is wrong: a long silent step Argus must not call a hang.
+With `--fr-dump-after S` every rank whose collectives have not returned for S seconds writes its PyTorch flight
+recorder (on when the job's environment sets TORCH_FR_BUFFER_SIZE > 0) to `$TORCH_FR_DUMP_TEMP_FILE<rank>`, once:
+what NCCL's watchdog does when a collective times out, which gloo has no watchdog for. The dump is torch's own
+(`_dump_fr_trace`) of the rank's real collectives; a stopped rank writes none, as under NCCL.
 Without --stall-after the loop runs --steps steps with the step interval growing linearly from
 --interval-start to --interval-end seconds, then the job succeeds.
 """
@@ -65,6 +69,26 @@ def stop_self() -> None:
     os.kill(os.getpid(), signal.SIGSTOP)
 
 
+def dump_flight_recorder_when_stuck(rank: int, after_s: float, progress: list[float]) -> None:
+    """Once no collective has returned for `after_s` (progress[0], a monotonic time), write this rank's flight
+    recorder where PyTorch's watchdog would: $TORCH_FR_DUMP_TEMP_FILE<rank> (default /tmp/nccl_trace_rank_)."""
+    from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined]  # no stub, yet there
+
+    prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") or \
+        "/tmp/nccl_trace_rank_"
+
+    def watch() -> None:
+        while time.monotonic() - progress[0] < after_s:
+            time.sleep(0.2)
+        path = Path(f"{prefix}{rank}")
+        partial = path.with_name(path.name + ".part")
+        partial.write_bytes(_dump_fr_trace())
+        partial.replace(path)
+        print(f"rank {rank} dumped its flight recorder to {path}", flush=True)
+
+    threading.Thread(target=watch, name="fr-watchdog", daemon=True).start()
+
+
 def save_checkpoint(seconds: float, megabytes: int = 4) -> None:
     """A long, silent checkpoint save: torch.save over one file of a few MB, again and again, for `seconds`."""
     import torch
@@ -110,6 +134,9 @@ class Rank:
             timeout=timedelta(seconds=args["timeout"]),
         )
         grad = torch.ones(1024)
+        progress = [time.monotonic()]
+        if args["fr_dump_after"]:
+            dump_flight_recorder_when_stuck(self.rank, args["fr_dump_after"], progress)
         steps, start, end = args["steps"], args["interval_start"], args["interval_end"]
         fault, faulty = args["fault"], self.rank == args["fault_rank"]
         for step in range(1, steps + 1):
@@ -128,8 +155,10 @@ class Rank:
                 time.sleep(3600)  # stops taking part; the other ranks wait in all_reduce
             time.sleep(start + (end - start) * (step - 1) / max(1, steps - 1))
             dist.all_reduce(grad)
+            progress[0] = time.monotonic()
             if self.rank == 0:
-                print(f"step {step} loss={1.0 / step:.4f}", flush=True)
+                stamp = f" ts={time.time():.3f}" if args["stamp"] else ""
+                print(f"step {step} loss={1.0 / step:.4f}{stamp}", flush=True)
         dist.destroy_process_group()
         return steps
 
@@ -145,6 +174,9 @@ def main() -> None:
     parser.add_argument("--fault", choices=FAULTS, default="sleep")
     parser.add_argument("--fault-rank", type=int, default=1)
     parser.add_argument("--save-s", type=float, default=90.0, help="how long --fault save saves, seconds")
+    parser.add_argument("--fr-dump-after", type=float, default=0.0,
+                        help="dump the flight recorder after this many seconds with no collective returning (0: never)")
+    parser.add_argument("--stamp", action="store_true", help="end each step line with ts=<unix time> (benchmarks)")
     parser.add_argument("--ranks-file", type=Path, default=None, help="write the ranks' pids and nodes here (JSON)")
     args = parser.parse_args()
     if args.world < 1 or not 0 <= args.fault_rank < args.world:
