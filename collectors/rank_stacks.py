@@ -219,7 +219,7 @@ class RankStackSampler:
         dashboard_url: str,
         requests: Callable[[], Iterable[str]],
         *,
-        gap_s: float = 3.0,
+        gap_s: float = 2.0,
         timeout_s: float = 10.0,
         states: ProcessStates | None = None,
         api: RayStateApi | None = None,

@@ -20,7 +20,8 @@ How the log API behaves on Ray 2.60 (measured on the local 3-node cluster, see t
 Per file we keep the offset of the last complete line, its line count and the last 64 bytes before the
 offset. Each read asks for the range starting 64 bytes early: if those bytes differ, the file was
 rotated or replaced and is read again from 0; a 416 answer with a total below the offset means it was
-truncated. Files that returned nothing are polled less often (back-off up to `idle_backoff_max_s`), at
+truncated. Files that returned nothing are polled less often (back-off up to `idle_backoff_max_s`; never the
+driver log of a PENDING or RUNNING job, where its progress is), at
 most `max_reads_per_poll` reads run per poll, at most `file_budget_bytes` each. Job driver logs are
 found from the Jobs API (`driver_node_id`), so a new job's driver log is read on the next poll without
 waiting for the next listing. A DEAD or vanished node is reported once and its files dropped: its logs
@@ -156,6 +157,10 @@ class RayLogsCollector:
         self._nodes: dict[str, _Node] = {}
         self._files: dict[tuple[str, str], _File] = {}
         self._jobs: dict[str, str] = {}  # job id hex -> submission id
+        # The driver logs of PENDING and RUNNING jobs: read every poll, never backed off. A job's progress is in them,
+        # and a quiet start (ranks loading a model) must not leave its first steps to arrive in one late batch: the
+        # stall detector learns a job's rhythm, and times its last step, from when the lines are read.
+        self._live_drivers: set[str] = set()
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -173,7 +178,8 @@ class RayLogsCollector:
                 node.listed_at = now
                 for name in names:
                     self._track(node.node_id, name)
-        due = sorted((f for f in self._files.values() if f.next_due <= now), key=lambda f: f.next_due)
+        due = sorted((f for f in self._files.values() if f.next_due <= now),
+                     key=lambda f: (f.name not in self._live_drivers, f.next_due))  # live drivers first
         due = due[: self.max_reads_per_poll]
         stamp = self._clock()
         signals: list[Signal] = []
@@ -244,13 +250,16 @@ class RayLogsCollector:
             logger.warning("cannot list Ray jobs at {}: {}; worker logs keep their last known jobs",
                            self.dashboard_url, cause_of(exc))
             return
+        live: set[str] = set()
         for job in jobs if isinstance(jobs, list) else []:
             job_id, submission_id = job.get("job_id"), job.get("submission_id")
             if job_id and submission_id:
                 self._jobs[job_id] = submission_id
             driver_node = job.get("driver_node_id")
             if submission_id and driver_node in self._nodes and job.get("status") in {"PENDING", "RUNNING"}:
+                live.add(f"job-driver-{submission_id}.log")
                 self._track(driver_node, f"job-driver-{submission_id}.log")
+        self._live_drivers = live
 
     def _list_files(self, node: _Node) -> list[str] | None:
         try:
@@ -412,6 +421,9 @@ class RayLogsCollector:
         ]
 
     def _back_off(self, file: _File, now: float) -> None:
+        if file.name in self._live_drivers:
+            file.backoff, file.next_due = 0.0, now
+            return
         file.backoff = min(self.idle_backoff_max_s, max(1.0, file.backoff * 2))
         file.next_due = now + file.backoff
 

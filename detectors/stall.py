@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -81,6 +81,7 @@ from detectors.stall_state import (
     MAX_COUNTERS,
     HungEnded,
     ProgressCounter,
+    RankProgress,
     WatchedJob,
     recalled,
     recalled_hung_ended,
@@ -299,6 +300,14 @@ class StallDetector:
         hanging and not yet confirmed, once per suspicion, and again `resample_s` after stacks that did not
         confirm it (silent work, or stacks that could not tell)."""
         now = self._clock()
+        # A job that has become suspect since the last detect is suspected now, not a tick later: the stacks the
+        # sampler starts now are what confirm the hang.
+        for job_id, watched in self._jobs.items():
+            if job_id in self._suspects or watched.status != "RUNNING" or watched.episode is not None:
+                continue
+            verdict = self._verdict(watched, now)
+            if verdict is not None and verdict.suspected:
+                self._suspects[job_id] = _Suspicion(last_at=verdict.last_at, since=now)
         wanted: list[str] = []
         for job_id, suspicion in self._suspects.items():
             job = self._jobs.get(job_id)
@@ -388,6 +397,8 @@ class StallDetector:
                     del job.counters[oldest]
                 counter = job.counters[key] = ProgressCounter()
             _advance(counter, at, signal, value=float(raw) if raw is not None else None)
+            if (tag := _RAY_PREFIX.match(text)) is not None:
+                _rank_progressed(job, RankProgress(int(tag["pid"]), tag["ip"], text.strip()[:300], at))
             return
 
     def _on_stacks(self, signal: Signal) -> None:
@@ -600,6 +611,11 @@ class StallDetector:
         )
         if call is not None:
             evidence.extend(Evidence(source="py-spy", text=text, at=now) for text in call.localization.lines())
+        first = _stopped_first(job, v)
+        if first is not None and (call is None or not call.localization.culprits):
+            # The stacks name no rank (none taken, or every rank waits): the rank whose progress stopped first may.
+            summary += f" {first[1]}."
+            evidence.append(Evidence(source=line.source if line else "argus.stall", text=first[1], at=first[0].at))
         for gpu, sample in sorted(job.gpu_samples.items())[:8]:
             evidence.append(
                 Evidence(
@@ -641,8 +657,41 @@ class StallDetector:
                 "confirmed_by": confirmed_by,
                 "stacks_verdict": call.verdict if call is not None else None,
                 "localization": call.localization.as_json() if call is not None else None,
+                "rank_progress": [{"pid": r.pid, "node": r.node, "line": r.text, "at": r.at.isoformat()}
+                                  for r in sorted(job.rank_progress.values(), key=lambda r: r.at)],
+                "stopped_first": {"pid": first[0].pid, "node": first[0].node} if first is not None else None,
             },
         )
+
+
+# Ray's tag on a line an actor or task printed: "(Rank pid=4242, ip=10.0.0.7) step 11 ...".
+_RAY_PREFIX = re.compile(r"^\s*\((?:[\w.<>-]+ )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\)")
+_MAX_RANKS = 64
+
+
+def _rank_progressed(job: WatchedJob, progress: RankProgress) -> None:
+    before = job.rank_progress.get(progress.pid)
+    if before is None and len(job.rank_progress) >= _MAX_RANKS:
+        oldest = min(job.rank_progress.values(), key=lambda r: r.at)
+        del job.rank_progress[oldest.pid]
+    job.rank_progress[progress.pid] = replace(progress, count=before.count + 1) if before else progress
+
+
+def _stopped_first(job: WatchedJob, v: _Verdict) -> tuple[RankProgress, str] | None:
+    """The one rank whose progress lines stopped well before every other's (by more than 2 step intervals and
+    5 s), with the sentence that says so; None when the ranks stopped together or only one rank prints."""
+    # Only ranks that print progress as they go (3 lines or more): a rank that printed once at start-up and then
+    # let rank 0 speak for it did not stop first.
+    ranks = sorted((r for r in job.rank_progress.values() if r.count >= 3), key=lambda r: r.at)
+    if len(ranks) < 2:
+        return None
+    first, then = ranks[0], ranks[1]
+    gap = (then.at - first.at).total_seconds()
+    if gap <= max(5.0, 2 * (v.interval or 0.0)) or (v.last_at - then.at).total_seconds() > gap:
+        return None
+    where = f" (node {first.node})" if first.node else ""
+    return first, (f"pid {first.pid}{where} printed its last progress {gap:.0f} s before any other rank: "
+                   f"{_quote(_RAY_PREFIX.sub('', first.text))}")
 
 
 def _advance(counter: ProgressCounter, at: datetime, line: Signal, *, value: float | None) -> None:

@@ -64,6 +64,17 @@ class ProgressCounter:
         return max(statistics.median(self.gaps), self.gaps[-1])
 
 
+@dataclass(frozen=True)
+class RankProgress:
+    """The last progress line of one process of a job (Ray prefixes an actor's output with its pid and IP)."""
+
+    pid: int
+    node: str | None
+    text: str
+    at: datetime
+    count: int = 1  # progress lines of this process so far
+
+
 @dataclass
 class WatchedJob:
     subject: Subject
@@ -74,6 +85,9 @@ class WatchedJob:
     gpu_last: dict[str, float] = field(default_factory=dict)
     gpu_activity_at: datetime | None = None
     gpu_samples: dict[str, Signal] = field(default_factory=dict)
+    # pid -> the last progress line Ray tagged with that process, when it was seen and the process's node (not kept
+    # across restarts: the next lines teach it again)
+    rank_progress: dict[int, RankProgress] = field(default_factory=dict)
     episode: str | None = None  # fingerprint of the stall being reported
     watch_from: datetime | None = None  # when Argus first read this job's backlog: no stall before a threshold more
 

@@ -117,6 +117,44 @@ def test_cuda_oom_in_a_driver_on_a_worker_is_a_gpu_oom_finding(ray_cluster, tmp_
         again.close()
 
 
+QUIET_START = """
+import time
+print("loading the model", flush=True)
+time.sleep(20)  # quiet long enough for an idle file to back off to 16 s
+for step in range(1, 9):
+    print(f"step {step} loss=0.5", flush=True)
+    time.sleep(0.5)
+time.sleep(60)
+"""
+
+
+def test_a_running_jobs_driver_log_is_read_every_poll_after_a_quiet_start(ray_cluster, tmp_path: Path) -> None:
+    # The stall detector learns a job's rhythm from when its step lines are read: eight steps half a second apart
+    # must not arrive in one batch because the driver log had backed off while the ranks were loading.
+    from ray.job_submission import JobSubmissionClient
+
+    script = tmp_path / "quiet.py"
+    script.write_text(QUIET_START)
+    client = JobSubmissionClient(ray_cluster.dashboard_url)
+    sid = client.submit_job(entrypoint=f"{sys.executable} {script}", entrypoint_resources={"worker2": 0.1})
+    collector = RayLogsCollector(ray_cluster.dashboard_url, OffsetStore(tmp_path / "offsets.json"),
+                                 list_interval_s=1, idle_backoff_max_s=30)
+    polls: list[set[int]] = []  # per poll, the steps it brought
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and sum(map(len, polls)) < 8:
+            steps = {int(x.text.split()[1]) for x in collector.collect()
+                     if x.subject.id == sid and (x.text or "").startswith("step ")}
+            if steps:
+                polls.append(steps)
+            time.sleep(0.5)
+    finally:
+        collector.close()
+        client.stop_job(sid)
+    assert sum(map(len, polls)) == 8, polls
+    assert len(polls) >= 3, f"the steps came in {len(polls)} batches: {polls}"
+
+
 def test_offsets_survive_restart_truncation_and_rotation_of_a_remote_file(ray_cluster, tmp_path: Path) -> None:
     worker1 = ray_cluster.worker(1)
     name = f"worker-{'ab' * 28}-ffffffff-{os.getpid()}.out"  # a worker log name; the test writes it

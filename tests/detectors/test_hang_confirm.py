@@ -162,6 +162,18 @@ def test_a_suspected_job_is_sampled_once_and_its_stacks_confirm_the_hang_at_once
     assert again.fingerprint == finding.fingerprint and det.stack_requests() == []
 
 
+def test_a_job_that_became_suspect_between_ticks_is_sampled_at_once() -> None:
+    # The sampler asks at the start of a tick, before the detector runs: the suspicion is judged then, not a tick late.
+    clock = Clock(T0)
+    det, _ = steady(clock)
+    assert poll(det, clock, 59) == [] and det.stack_requests() == []
+    clock.at(61)
+    assert det.stack_requests() == [JOB] and det.stack_requests() == []
+    sample = [proc(4000, WAIT), proc(4002, dump("gloo_rank2_blocked_on_lock.txt"), state="S")]
+    [finding] = poll(det, clock, 64, stacks(clock, sample, sample, clock.at(62)))
+    assert finding.attrs["confirmed_by"] == "stacks"
+
+
 def test_samples_from_before_the_suspicion_or_of_a_job_that_moved_on_say_nothing() -> None:
     clock = Clock(T0)
     det, log = steady(clock)

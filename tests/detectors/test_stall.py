@@ -365,3 +365,34 @@ def test_patterns_are_data_and_bad_ones_fail_at_start() -> None:
         StallDetector(patterns=[{"pattern": "x"}])
     with pytest.raises(ConfigError, match="min_stall_s"):
         StallDetector(min_stall_s=0)
+
+
+def test_the_rank_whose_progress_stopped_first_is_named_when_no_stack_says() -> None:
+    # Ray tags each actor's lines with its pid and node; a rank that stopped printing well before the others is the
+    # odd one when no stacks were taken.
+    clock, log = Clock(T0), Log()
+    det = StallDetector(min_stall_s=60, factor=3, clock=clock)
+    for n, t in enumerate(range(5, 55, 5), start=1):
+        lines = [log.line(f"(Rank pid=101, ip=10.0.0.7) step {n} loss=0.5", clock.at(t))]
+        if t <= 30:
+            lines.append(log.line(f"(Rank pid=102, ip=10.0.0.8) step {n} loss=0.5", clock.at(t)))
+        det.detect([job_state(), *lines])
+    [finding] = poll(det, clock, 111)
+    assert finding.attrs["stopped_first"] == {"pid": 102, "node": "10.0.0.8"}
+    assert "pid 102 (node 10.0.0.8) printed its last progress 20 s before any other rank: 'step 6 loss=0.5'" in \
+        finding.summary
+    assert [r["pid"] for r in finding.attrs["rank_progress"]] == [102, 101]
+    assert any("printed its last progress" in e.text for e in finding.evidence)
+
+
+def test_ranks_that_stopped_together_or_printed_once_name_no_rank() -> None:
+    for stop_b, b_lines in ((50, 10), (50, 1)):
+        clock, log = Clock(T0), Log()
+        det = StallDetector(min_stall_s=60, factor=3, clock=clock)
+        for n, t in enumerate(range(5, 55, 5), start=1):
+            lines = [log.line(f"(Rank pid=101, ip=10.0.0.7) step {n} loss=0.5", clock.at(t))]
+            if t <= stop_b and n <= b_lines:
+                lines.append(log.line(f"(Rank pid=102, ip=10.0.0.8) step {n} loss=0.5", clock.at(t)))
+            det.detect([job_state(), *lines])
+        [finding] = poll(det, clock, 111)
+        assert finding.attrs["stopped_first"] is None and "printed its last progress" not in finding.summary
