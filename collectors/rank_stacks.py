@@ -52,6 +52,7 @@ class ProcessStack:
     dump: str | None
     error: str | None = None
     state: str | None = None  # the /proc state letter, where known
+    gpu: str | None = None  # the GPU indices on its node Ray's dashboard saw it use ("3", "2,3"), where known
 
     def as_attrs(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,15 +171,48 @@ def job_processes(api: RayStateApi, submission_id: str) -> JobProcesses:
     return JobProcesses(str(job_id), tuple(processes[:MAX_PROCESSES]), tuple(actors))
 
 
+def actor_gpus(api: RayStateApi, actors: Iterable[Mapping[str, Any]]) -> dict[int, str]:
+    """{pid: GPU indices on its node} of the alive actors that asked Ray for GPUs, as Ray's dashboard reports the
+    processes NVML sees on each GPU (`/logical/actors?ids=...`: each actor's `gpus`); a process on no GPU, or one
+    on a node without NVML, is left out. SourceUnavailable when the dashboard does not answer."""
+    wanted: dict[str, int] = {}
+    for actor in actors:
+        resources = actor.get("required_resources") or {}
+        asks_gpu = isinstance(resources, Mapping) and any(
+            str(name).startswith("GPU") and _positive(amount) for name, amount in resources.items())
+        if actor.get("state") == "ALIVE" and actor.get("pid") and actor.get("actor_id") and asks_gpu:
+            wanted[str(actor["actor_id"])] = int(actor["pid"])
+    if not wanted:
+        return {}
+    body = api.get_json(f"/logical/actors?ids={','.join(list(wanted)[:MAX_PROCESSES])}")
+    data = body.get("data") if isinstance(body, dict) else None
+    infos = data.get("actors") if isinstance(data, dict) else None
+    found: dict[int, str] = {}
+    for actor_id, info in infos.items() if isinstance(infos, dict) else ():
+        gpus = info.get("gpus") if isinstance(info, dict) else None
+        indices = sorted({g["index"] for g in gpus or () if isinstance(g, dict) and isinstance(g.get("index"), int)})
+        if actor_id in wanted and indices:
+            found[wanted[actor_id]] = ",".join(map(str, indices))
+    return found
+
+
+def _positive(amount: object) -> bool:
+    try:
+        return float(amount) > 0  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
 def take_job_stacks(
     dashboard_url: str,
     processes: Iterable[tuple[str, int, str | None, str | None]],
     *,
     states: ProcessStates | None = None,
+    gpus: Mapping[int, str] | None = None,
     timeout_s: float = 30.0,
     pool: ThreadPoolExecutor | None = None,
 ) -> list[ProcessStack]:
-    """One sample: every process's stack (in parallel) and its state letter."""
+    """One sample: every process's stack (in parallel), its state letter and its GPUs (`gpus`, by pid)."""
     processes = list(processes)
     own = pool is None
     pool = pool or ThreadPoolExecutor(max_workers=8, thread_name_prefix="argus-stacks")
@@ -201,7 +235,7 @@ def take_job_stacks(
             by_ip.setdefault(ip, []).append(pid)
         for ip, pids in by_ip.items():
             letters.update({(ip, pid): s for pid, s in states.of(ip, pids).items()})
-    return [ProcessStack(label, pid, node_id, ip, dump, error, letters.get((ip, pid)))
+    return [ProcessStack(label, pid, node_id, ip, dump, error, letters.get((ip, pid)), (gpus or {}).get(pid))
             for (label, pid, node_id, ip), (dump, error) in zip(processes, dumps, strict=True)]
 
 
@@ -274,11 +308,12 @@ class RankStackSampler:
             return None
         samples: list[list[dict[str, Any]]] = []
         times: list[str] = []
+        gpus = gpus_or_none(self._api, found.actors)
         for n in range(2):
             if n:
                 self._sleep(self.gap_s)
             times.append(utcnow().isoformat())
-            stacks = take_job_stacks(self.dashboard_url, found.processes, states=self._states,
+            stacks = take_job_stacks(self.dashboard_url, found.processes, states=self._states, gpus=gpus,
                                      timeout_s=self.timeout_s, pool=self._stacks_pool)
             samples.append([s.as_attrs() for s in stacks])
         return Signal(
@@ -288,3 +323,12 @@ class RankStackSampler:
             observed_at=utcnow(),
             attrs={keys.SAMPLES: samples, keys.SAMPLED_AT: times, keys.JOB_ID: found.job_id},
         )
+
+
+def gpus_or_none(api: RayStateApi, actors: Iterable[Mapping[str, Any]]) -> dict[int, str]:
+    """actor_gpus, or {} when the dashboard cannot say: a rank's GPU is worth naming, not worth a missing stack."""
+    try:
+        return actor_gpus(api, actors)
+    except ArgusError as exc:
+        logger.debug("GPUs of the job's actors not known: {}", exc)
+        return {}

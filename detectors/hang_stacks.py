@@ -245,8 +245,10 @@ def ranks_of(processes: Sequence[dict[str, Any]]) -> list[RankStack]:
         label, pid = str(p.get("label") or "process"), p.get("pid")
         raw = p.get("dump")
         dump = raw if isinstance(raw, str) else str(p.get("error") or "no stack")
+        gpu = p.get("gpu")
         rank = RankStack(f"{label} pid {pid}", pid if isinstance(pid, int) else None,
-                         p.get("node_ip") or p.get("node_id"), dump, state=p.get("state") or None)
+                         p.get("node_ip") or p.get("node_id"), dump, state=p.get("state") or None,
+                         gpu=str(gpu) if gpu else None)
         by_class.setdefault(label, []).append(rank)
     actors = {c: r for c, r in by_class.items() if c != "driver"} or by_class
     if not actors:

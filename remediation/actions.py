@@ -39,7 +39,13 @@ from typing import Any
 from loguru import logger
 
 from collectors.flight_recorder import FlightRecorderReader, NodeCommand
-from collectors.rank_stacks import ProcessStates, job_processes, parse_ps_states, take_job_stacks
+from collectors.rank_stacks import (
+    ProcessStates,
+    gpus_or_none,
+    job_processes,
+    parse_ps_states,
+    take_job_stacks,
+)
 from collectors.ray_api import RayStateApi
 from control import commands
 from control.adopt import RaySubmission, package_exists, read_submission
@@ -239,7 +245,8 @@ def _job_scene(ctx: Context, scene: _Scene, sid: str) -> str | None:
         RayStateApi(ctx.dashboard_url, ctx.request_timeout_s), sid))
     if found is None or not found.processes:
         return None
-    stacks = take_job_stacks(ctx.dashboard_url, found.processes, states=_process_states(ctx))
+    stacks = take_job_stacks(ctx.dashboard_url, found.processes, states=_process_states(ctx),
+                             gpus=gpus_or_none(RayStateApi(ctx.dashboard_url, ctx.request_timeout_s), found.actors))
     for stack in stacks:
         if stack.dump is not None:
             scene.text(f"stacks/{_safe(stack.label)}-{stack.pid}.txt", stack.dump)

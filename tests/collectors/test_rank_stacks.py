@@ -68,3 +68,42 @@ def test_pyspys_reason_comes_first_however_long_the_command_ray_quotes() -> None
             "   0: <E as anyhow::context::ext::StdError>::ext_context\n")
     assert _why(text).startswith("Error: Failed to get stack traces 0: Failed to suspend process 1: unexpected")
     assert _why("HTTP went wrong") == "HTTP went wrong"
+
+
+class _Dashboard:
+    """Stands in for Ray's dashboard route /logical/actors?ids=... with the shape Ray 2.60 answers on a GPU node
+    (ray/dashboard/modules/node/datacenter.py: each actor's `gpus` are the node's GPUs whose NVML process list
+    holds its pid); on this machine, without NVML, the real route answers `gpus: []` (checked live)."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def get_json(self, path: str) -> dict[str, object]:
+        self.asked.append(path)
+        gpu = {"index": 3, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-5f1c", "utilizationGpu": 0,
+               "memoryUsed": 70312, "memoryTotal": 81559, "processesPids": [{"pid": 4242, "gpuMemoryUsage": 70000}]}
+        return {"result": True, "data": {"actors": {
+            "a1": {"pid": 4242, "gpus": [gpu]},
+            "a2": {"pid": 4243, "gpus": []},
+            "a3": {"pid": 4244, "gpus": [{"index": "x"}, "junk"]},
+        }}}
+
+
+def test_a_ranks_gpu_comes_from_rays_view_of_its_process_on_the_nodes_gpus() -> None:
+    from collectors.rank_stacks import actor_gpus
+    from collectors.ray_api import RayStateApi
+    from detectors.hang_stacks import ranks_of, who
+
+    dashboard = _Dashboard()
+    api = RayStateApi("http://127.0.0.1:1", 1, state_api=dashboard)
+    actors = [{"actor_id": "a1", "pid": 4242, "state": "ALIVE", "required_resources": {"GPU": 1.0}},
+              {"actor_id": "a2", "pid": 4243, "state": "ALIVE", "required_resources": {"GPU_group_abc": 1.0}},
+              {"actor_id": "a3", "pid": 4244, "state": "ALIVE", "required_resources": {"GPU": 1}},
+              {"actor_id": "a4", "pid": 4245, "state": "ALIVE", "required_resources": {"CPU": 1}},  # asks no GPU
+              {"actor_id": "a5", "pid": 4246, "state": "DEAD", "required_resources": {"GPU": 1}}]
+    assert actor_gpus(api, actors) == {4242: "3"}
+    [asked] = dashboard.asked
+    assert asked == "/logical/actors?ids=a1,a2,a3"
+    assert actor_gpus(api, actors[3:]) == {} and len(dashboard.asked) == 1  # nothing to ask: no request
+    [rank] = ranks_of([{"label": "Rank", "pid": 4242, "node_ip": "10.0.0.7", "dump": "", "gpu": "3"}])
+    assert who(rank) == "Rank pid 4242 (node 10.0.0.7, GPU 3)"
