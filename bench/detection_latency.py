@@ -128,13 +128,14 @@ def main() -> int:
     finally:
         REGISTRY.stop_all()
     table = Table(title=f"fault to incident, seconds ({args.runs} runs each, Argus polling every {args.poll:g} s)")
-    for col in ("fault", "median", "p95", "max", "budget", "runs within budget"):
+    for col in ("fault", "median", "p95", "max", "budget", "runs within budget", "missed"):
         table.add_column(col, justify="left" if col == "fault" else "right")
     for fault, rows in results.items():
-        lat = sorted(r[0] for r in rows)
-        ok = sum(1 for r in rows if r[0] <= r[1])
-        table.add_row(fault, f"{statistics.median(lat):.1f}", f"{_p95(lat):.1f}", f"{max(lat):.1f}",
-                      f"{statistics.median(r[1] for r in rows):.1f}", f"{ok}/{len(rows)}")
+        lat = sorted(r[0] for r in rows if r[0] is not None)
+        ok = sum(1 for r in rows if r[0] is not None and r[0] <= r[1])
+        missed = sum(1 for r in rows if r[0] is None)
+        table.add_row(fault, *(f"{x:.1f}" for x in (statistics.median(lat), _p95(lat), max(lat))) if lat else
+                      ("-", "-", "-"), f"{statistics.median(r[1] for r in rows):.1f}", f"{ok}/{len(rows)}", str(missed))
     if ray_verdicts:
         table.add_row("(Ray's own DEAD verdict)", f"{statistics.median(ray_verdicts):.1f}",
                       f"{_p95(sorted(ray_verdicts)):.1f}", f"{max(ray_verdicts):.1f}", "", "")
@@ -146,17 +147,26 @@ def _p95(values: list[float]) -> float:
     return values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
 
 
-def _wait_incident(store, category: Category, subject_or_job: str, timeout: float):
+def _wait_incident(store, category: Category, subject_or_job: str, timeout: float, since: float):
+    """The incident of this fault and when Argus saw it: opened after `since`, or an earlier one (the same node
+    lost again) reopened by a finding after `since`; (None, None) when none came within `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for incident in store.list_incidents(category=category, limit=200):
-            if incident.subject.id == subject_or_job or subject_or_job in str(incident.attrs):
-                return incident
+            if incident.subject.id != subject_or_job and subject_or_job not in str(incident.attrs):
+                continue
+            if incident.detected_at.timestamp() >= since:
+                return incident, incident.detected_at.timestamp()
+            later = [f.detected_at.timestamp() for f in store.findings_for(incident.id)
+                     if f.detected_at.timestamp() >= since]
+            if later:
+                return incident, min(later)
         time.sleep(0.2)
-    return None
+    return None, None
 
 
 def _record(results, fault, latency, budget) -> None:
+    """One run of a fault: its latency, or None when Argus opened no incident for it (a miss, counted)."""
     results.setdefault(fault, []).append((latency, budget))
 
 
@@ -164,9 +174,8 @@ def _oom(client, scripts, store, run, results) -> None:
     at = time.time() + 10
     sid = client.submit_job(entrypoint=f"{sys.executable} {scripts / 'oom.py'} {at}",
                             submission_id=f"oom-{run}-{int(at)}", entrypoint_resources={"worker2": 0.1})
-    incident = _wait_incident(store, Category.GPU_OOM, sid, timeout=120)
-    if incident:
-        _record(results, "gpu_oom", incident.detected_at.timestamp() - at, 30.0)
+    incident, seen = _wait_incident(store, Category.GPU_OOM, sid, timeout=120, since=at - 60)
+    _record(results, "gpu_oom", seen - at if seen is not None else None, 30.0)
 
 
 def _stall(client, scripts, store, run, results) -> None:
@@ -175,11 +184,13 @@ def _stall(client, scripts, store, run, results) -> None:
                "--timeout", "900", "--stamp"]
     sid = client.submit_job(entrypoint=" ".join(command), submission_id=f"stall-{run}-{int(time.time())}",
                             entrypoint_resources={"worker2": 0.1})
-    incident = _wait_incident(store, Category.NCCL_HANG, sid, timeout=240)
-    if incident:
-        last = max(float(t.split("ts=")[1].split()[0]) for f in store.findings_for(incident.id)
-                   for e in f.evidence for t in [e.text] if "ts=" in t)
-        _record(results, "nccl_hang", incident.detected_at.timestamp() - last, 30.0)
+    incident, seen = _wait_incident(store, Category.NCCL_HANG, sid, timeout=240, since=time.time() - 600)
+    stamps = [float(t.split("ts=")[1].split()[0]) for f in (store.findings_for(incident.id) if incident else [])
+              for e in f.evidence for t in [e.text] if "ts=" in t]
+    _record(results, "nccl_hang", seen - max(stamps) if seen is not None and stamps else None, 30.0)
+    if seen is None:  # say why, so a miss can be told from a job that never got to train
+        tail = client.get_job_logs(sid).splitlines()[-3:]
+        print(f"nccl_hang run {run}: no incident for {sid} ({client.get_job_status(sid).value}); its log ends {tail}")
     client.stop_job(sid)
 
 
@@ -197,9 +208,8 @@ def _idle(client, scripts, store, sim, run, window, results) -> None:
     time.sleep(5)  # let Argus see the GPUs held and busy
     idle_from = time.time()
     sim.set_all(util=0)
-    incident = _wait_incident(store, Category.IDLE_GPU, sid, timeout=window + 120)
-    if incident:
-        _record(results, "idle_gpu", incident.detected_at.timestamp() - idle_from, window + 30)
+    incident, seen = _wait_incident(store, Category.IDLE_GPU, sid, timeout=window + 120, since=idle_from)
+    _record(results, "idle_gpu", seen - idle_from if seen is not None else None, window + 30)
     client.stop_job(sid)
     sim.set_all(util=90)
 
@@ -208,15 +218,17 @@ def _lost(cluster, store, results, ray_verdicts) -> None:
     node_id = cluster.worker(1).node_id
     time.sleep(3)
     killed = cluster.kill_worker(1)
-    incident = _wait_incident(store, Category.NODE_LOST, node_id, timeout=120)
+    incident, seen = _wait_incident(store, Category.NODE_LOST, node_id, timeout=120, since=killed)
     verdict = None
     deadline = time.monotonic() + 60
     while incident and verdict is None and time.monotonic() < deadline:
-        verdict = next((f.first_seen for f in store.findings_for(incident.id) if f.reason == "RayNodeDead"), None)
+        verdict = next((f.first_seen for f in store.findings_for(incident.id)
+                        if f.reason == "RayNodeDead" and f.first_seen.timestamp() >= killed), None)
         time.sleep(0.2)
-    if incident and verdict:
+    if verdict:
         ray_verdicts.append(verdict.timestamp() - killed)
-        _record(results, "node_lost", incident.detected_at.timestamp() - killed, verdict.timestamp() - killed + 10)
+    _record(results, "node_lost", seen - killed if seen is not None else None,
+            (verdict.timestamp() - killed if verdict else 15.0) + 10)
     cluster.restart_worker(1)
 
 
