@@ -19,7 +19,7 @@ def test_minimal_configuration_watches_ray_only(tmp_path):
     store = Store(settings.effective_database_url)
     collectors, detectors = names(build_pipeline(settings, IncidentDesk(store)))
     store.close()
-    assert collectors == ["ray_state", "gpu_placement", "ray_logs"]
+    assert collectors == ["ray_state", "gpu_placement", "ray_logs", "rank_stacks"]  # rank_stacks: hang_stacks is on
     assert {"lost_node", "log_rules", "job_failure", "stall", "idle_gpu", "disk_space"} <= set(detectors)
     assert "metric_rules" not in detectors  # no Prometheus, no PromQL to evaluate
 

@@ -28,7 +28,7 @@ from core.types import Finding, SignalKind
 from detectors.stall import StallDetector
 from stage.localstack.jobs import JOBS_DIR
 from stage.localstack.ray_cluster import RayCluster
-from tests.faults.test_stall_real import DriverLogTail, stop
+from tests.faults.test_stall_real import DriverLogTail, stop_all
 
 pytest.importorskip("torch", reason="the hang tests need torch==2.13.0 (CPU build): pip install -e .[dev]")
 
@@ -106,5 +106,4 @@ def test_stacks_confirm_a_hang_at_once_and_hold_a_silent_save_back(ray_cluster: 
         assert any(e.source == "py-spy" and f"pid {ranks[1]['pid']}" in e.text for e in first.evidence)
     finally:
         sampler.close()
-        stop(hung_client, hung)
-        stop(save_client, saving)
+        stop_all([(hung_client, hung), (save_client, saving)])

@@ -32,7 +32,7 @@ from core.types import Category, Subject, SubjectKind
 from remediation.actions import keep_scene
 from stage.localstack.jobs import JOBS_DIR
 from stage.localstack.ray_cluster import RayCluster
-from tests.faults.test_stall_real import DriverLogTail, scene_context, stop
+from tests.faults.test_stall_real import DriverLogTail, scene_context, stop_all
 from tests.support import make_incident
 
 pytest.importorskip("torch", reason="the hang tests need torch==2.13.0 (CPU build): pip install -e .[dev]")
@@ -148,8 +148,7 @@ def hung_jobs(ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory)
                     psutil.Process(job.pid(job.rank)).send_signal(signal.SIGCONT)
                 except psutil.Error:
                     pass
-        for job in every:
-            stop(job.client, job.sid)
+        stop_all([(job.client, job.sid) for job in every])
 
 
 @pytest.mark.parametrize("world", sorted(FAULT_RANKS, reverse=True))

@@ -140,15 +140,22 @@ def submit(cluster: RayCluster, *args: str) -> tuple[Any, str]:
 
 def stop(client: Any, submission_id: str) -> None:
     """Leave the session cluster clean: the job and its ranks gone."""
-    try:
-        client.stop_job(submission_id)
-    except Exception:  # already finished
-        pass
+    stop_all([(client, submission_id)])
+
+
+def stop_all(jobs: list[tuple[Any, str]]) -> None:
+    """Stop every job at once, then wait for each to end (one at a time, each stop waited seconds)."""
+    for client, submission_id in jobs:
+        try:
+            client.stop_job(submission_id)
+        except Exception:  # already finished
+            pass
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if str(client.get_job_status(submission_id).value) in TERMINAL:
-            return
-        time.sleep(0.5)
+    for client, submission_id in jobs:
+        while time.monotonic() < deadline:
+            if str(client.get_job_status(submission_id).value) in TERMINAL:
+                break
+            time.sleep(0.5)
 
 
 def scene_context(cluster: RayCluster, shared: Path) -> Context:
