@@ -247,8 +247,8 @@ class FlightRecorderReader:
         folder, stem = Path(prefix).parent, Path(prefix).name
         if self._is_local(ip):
             try:
-                found = [(p.stat().st_size, p.stat().st_mtime, str(p)) for p in folder.iterdir()
-                         if p.name.startswith(stem) and p.is_file() and not p.is_symlink()]
+                found = [(st.st_size, st.st_mtime, str(p)) for p in folder.iterdir()
+                         if p.name.startswith(stem) and p.is_file() and not p.is_symlink() and (st := p.stat())]
             except OSError:
                 return None if not folder.exists() else []
             return sorted(found, key=lambda f: f[1])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -91,6 +92,11 @@ class RankStack:
     state: str | None = None  # /proc state letter, where known
     gpu: str | None = None
 
+    @cached_property
+    def threads(self) -> list[Thread]:
+        """The dump parsed once: where it is placed, what it is called and its signature all read it."""
+        return parse_dump(self.dump)
+
 
 def parse_dump(text: str) -> list[Thread]:
     """The threads of a py-spy dump, frames innermost first; [] for text that is not one."""
@@ -132,7 +138,7 @@ class Place:
 
 
 def place_of(rank: RankStack) -> Place:
-    threads = parse_dump(rank.dump)
+    threads = rank.threads
     # A stopped or dead process is where it is whatever its stack says. A process in D with a readable stack is
     # placed by its stack: a checkpoint save on a busy disk spends whole seconds in D, a state no stuck rank owns.
     if rank.state in STOPPED_STATES and (rank.state != "D" or not threads):
@@ -159,7 +165,7 @@ def place_of(rank: RankStack) -> Place:
 def signature(rank: RankStack, *, lines: bool = True) -> tuple[tuple[str, str, int], ...]:
     """What a rank's main thread was doing, frame by frame: two samples alike mean it did not move. Without
     `lines`, only which functions: a rank looping inside one function (a spin) has not moved either."""
-    threads = parse_dump(rank.dump)
+    threads = rank.threads
     main = next((t for t in threads if t.name == "MainThread"), threads[0] if threads else None)
     return tuple((f.func, f.file, f.line if lines else 0) for f in main.frames) if main else ()
 
@@ -197,7 +203,7 @@ def who(rank: RankStack) -> str:
     details = [f"pid {rank.pid}" if rank.pid is not None and f"pid {rank.pid}" not in rank.label else None,
                f"node {rank.node}" if rank.node else None, f"GPU {rank.gpu}" if rank.gpu else None,
                f"state {rank.state}" if rank.state and (rank.state not in STOPPED_STATES
-                                                        or (rank.state == "D" and parse_dump(rank.dump))) else None]
+                                                        or (rank.state == "D" and rank.threads)) else None]
     said = ", ".join(d for d in details if d)
     return f"{rank.label} ({said})" if said else rank.label
 

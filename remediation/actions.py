@@ -176,10 +176,7 @@ class _Scene:
         self.problems: list[str] = []
 
     def text(self, name: str, text: str) -> None:
-        path = self.folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        self.files.append(name)
+        self.binary(name, text.encode("utf-8"))
 
     def json(self, name: str, data: Any) -> None:
         self.text(name, json.dumps(data, indent=2, default=str) + "\n")
@@ -241,12 +238,12 @@ def _job_scene(ctx: Context, scene: _Scene, sid: str) -> str | None:
     scene.json("ray/tasks.json", tasks[:2000])
     groups = scene.attempt("placement groups", lambda: ray_list(ctx, "list_placement_groups", detail=True)) or []
     scene.json("ray/placement_groups.json", [g for g in groups if g.get("creator_job_id") == job_id])
-    found = scene.attempt("the job's processes", lambda: job_processes(
-        RayStateApi(ctx.dashboard_url, ctx.request_timeout_s), sid))
+    api = RayStateApi(ctx.dashboard_url, ctx.request_timeout_s)
+    found = scene.attempt("the job's processes", lambda: job_processes(api, sid))
     if found is None or not found.processes:
         return None
     stacks = take_job_stacks(ctx.dashboard_url, found.processes, states=_process_states(ctx),
-                             gpus=gpus_or_none(RayStateApi(ctx.dashboard_url, ctx.request_timeout_s), found.actors))
+                             gpus=gpus_or_none(api, found.actors))
     for stack in stacks:
         if stack.dump is not None:
             scene.text(f"stacks/{_safe(stack.label)}-{stack.pid}.txt", stack.dump)
