@@ -58,6 +58,10 @@ class ProcessStack:
         return asdict(self)
 
 
+# Process states py-spy is not pointed at (see take_job_stacks).
+LEFT_ALONE = frozenset({"T", "t"})
+
+
 class ProcessStates:
     """The state letter of processes: from /proc for a process on this host, from `remote` for others."""
 
@@ -212,22 +216,12 @@ def take_job_stacks(
     timeout_s: float = 30.0,
     pool: ThreadPoolExecutor | None = None,
 ) -> list[ProcessStack]:
-    """One sample: every process's stack (in parallel), its state letter and its GPUs (`gpus`, by pid)."""
+    """One sample: every process's stack (in parallel), its state letter and its GPUs (`gpus`, by pid).
+
+    The states are read first, and a stopped process (T, or t under a tracer) is not handed to py-spy: py-spy cannot
+    read it anyway ("Failed to suspend process"), and its ptrace attach and detach can set the process running again,
+    which would change the very scene being kept (seen on a 2-core machine: a SIGSTOPped rank read R after py-spy)."""
     processes = list(processes)
-    own = pool is None
-    pool = pool or ThreadPoolExecutor(max_workers=8, thread_name_prefix="argus-stacks")
-    try:
-        futures = [pool.submit(take_stack, dashboard_url, pid, node_id, timeout_s)
-                   for _, pid, node_id, _ in processes]
-        dumps: list[tuple[str | None, str | None]] = []
-        for future in futures:
-            try:
-                dumps.append((future.result(), None))
-            except Exception as exc:  # noqa: BLE001 - a stack py-spy cannot take is evidence too
-                dumps.append((None, str(exc)[:500]))
-    finally:
-        if own:
-            pool.shutdown(wait=False)
     letters: dict[tuple[str | None, int], str] = {}
     if states is not None:
         by_ip: dict[str | None, list[int]] = {}
@@ -235,6 +229,25 @@ def take_job_stacks(
             by_ip.setdefault(ip, []).append(pid)
         for ip, pids in by_ip.items():
             letters.update({(ip, pid): s for pid, s in states.of(ip, pids).items()})
+    own = pool is None
+    pool = pool or ThreadPoolExecutor(max_workers=8, thread_name_prefix="argus-stacks")
+    try:
+        futures = {(ip, pid): pool.submit(take_stack, dashboard_url, pid, node_id, timeout_s)
+                   for _, pid, node_id, ip in processes if letters.get((ip, pid)) not in LEFT_ALONE}
+        dumps: list[tuple[str | None, str | None]] = []
+        for _, pid, _, ip in processes:
+            future = futures.get((ip, pid))
+            if future is None:
+                dumps.append((None, f"not sampled: the process is stopped (state {letters[(ip, pid)]}); py-spy "
+                                    "cannot read a stopped process and its attach could set it running"))
+                continue
+            try:
+                dumps.append((future.result(), None))
+            except Exception as exc:  # noqa: BLE001 - a stack py-spy cannot take is evidence too
+                dumps.append((None, str(exc)[:500]))
+    finally:
+        if own:
+            pool.shutdown(wait=False)
     return [ProcessStack(label, pid, node_id, ip, dump, error, letters.get((ip, pid)), (gpus or {}).get(pid))
             for (label, pid, node_id, ip), (dump, error) in zip(processes, dumps, strict=True)]
 

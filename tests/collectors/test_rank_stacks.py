@@ -107,3 +107,49 @@ def test_a_ranks_gpu_comes_from_rays_view_of_its_process_on_the_nodes_gpus() -> 
     assert actor_gpus(api, actors[3:]) == {} and len(dashboard.asked) == 1  # nothing to ask: no request
     [rank] = ranks_of([{"label": "Rank", "pid": 4242, "node_ip": "10.0.0.7", "dump": "", "gpu": "3"}])
     assert who(rank) == "Rank pid 4242 (node 10.0.0.7, GPU 3)"
+
+
+def test_a_stopped_process_is_not_handed_to_py_spy_and_stays_stopped() -> None:
+    """py-spy's ptrace attach and detach can set a SIGSTOPped process running again (a CI run read a stopped rank as
+    R right after py-spy failed on it): the sample reads states first and asks for no stack of a stopped process."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlparse
+
+    from collectors.rank_stacks import take_job_stacks
+
+    asked: list[int] = []
+
+    class Dashboard(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server hook's name
+            asked.append(int(parse_qs(urlparse(self.path).query)["pid"][0]))
+            body = b"Thread 1 (idle): \"MainThread\"\n    all_reduce (distributed_c10d.py:3252)\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Dashboard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stopped, running = subprocess.Popen(["sleep", "30"]), subprocess.Popen(["sleep", "30"])
+    try:
+        os.kill(stopped.pid, signal.SIGSTOP)
+        wait_until("the child to stop", lambda: ProcessStates().of("127.0.0.1", [stopped.pid]).get(stopped.pid) == "T",
+                   timeout=10, interval=0.05)
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        ranks = [("rank", stopped.pid, "n1", "127.0.0.1"), ("rank", running.pid, "n1", "127.0.0.1")]
+        taken = take_job_stacks(url, ranks, states=ProcessStates())
+        assert asked == [running.pid]
+        assert (taken[0].state, taken[0].dump) == ("T", None)
+        assert taken[0].error is not None and "stopped (state T)" in taken[0].error
+        assert taken[1].dump is not None and "all_reduce" in taken[1].dump and taken[1].state in {"S", "R"}
+        assert ProcessStates().of("127.0.0.1", [stopped.pid]) == {stopped.pid: "T"}
+    finally:
+        server.shutdown()
+        for child in (stopped, running):
+            os.kill(child.pid, signal.SIGCONT)
+            child.kill()
+            child.wait()

@@ -115,13 +115,19 @@ def wait_until_faulted(jobs: list[Job], timeout: float) -> None:
         time.sleep(0.3)
     # The other ranks reach the next all_reduce one step interval after the step line; give them that and more, and
     # every rank that can (not a stopped one) the time to dump its flight recorder.
+    # On a 2-core machine running 18 ranks (two of them spinning) a dump can take a while: wait for each, up to a
+    # minute, and say which are missing rather than let a later assertion guess.
     time.sleep(INTERVAL_S + 1.5)
-    deadline = time.monotonic() + FR_DUMP_AFTER_S + 20
+    deadline = time.monotonic() + FR_DUMP_AFTER_S + 60
     for job in jobs:
         world = len(job.ranks or ())
-        expected = world - 1 if job.fault == "stop" else world
-        while len(list(job.fr_folder.glob("trace_rank_*[0-9]"))) < expected and time.monotonic() < deadline:
+        expected = {str(r) for r in range(world) if not (job.fault == "stop" and r == job.rank)}
+        assert job.fr_folder is not None
+        while (missing := expected - {p.name.removeprefix("trace_rank_") for p in job.fr_folder.iterdir()}) and \
+                time.monotonic() < deadline:
             time.sleep(0.3)
+        assert not missing, (f"{job.sid}: ranks {sorted(missing)} wrote no flight recorder dump into {job.fr_folder} "
+                             f"within {FR_DUMP_AFTER_S + 60} s of the hang; log tail {job.tail.lines[-8:]}")
 
 
 @pytest.fixture(scope="module")
