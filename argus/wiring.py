@@ -107,7 +107,7 @@ def build_detectors(settings: Settings, metric_rules: MetricRuleSet, stall: Stal
     log_rules = load_rules(settings.rules_dirs)
     detectors: list[Detector] = [
         LostNodeDetector(lookback_s=settings.lost_node_lookback_s),
-        LogRuleDetector(log_rules, memory=memory),
+        LogRuleDetector(log_rules.signatures(), memory=memory),  # generic rules read failed jobs only
         JobFailureDetector(log_rules),
         stall or build_stall_detector(settings, memory),
         IdleGpuDetector(threshold_pct=settings.idle_gpu_threshold_pct, window_s=settings.idle_gpu_window_s,

@@ -35,8 +35,18 @@ ANY_SOURCE = "*"
 
 _FILE_KEYS = {"source", "rules"}
 _REQUIRED_RULE_KEYS = ("reason", "category", "type", "pattern")
-_OPTIONAL_RULE_KEYS = ("severity", "confidence", "action", "priority", "description", "source")
+_OPTIONAL_RULE_KEYS = ("severity", "confidence", "action", "priority", "description", "source", "tier")
 DEFAULT_PRIORITY = 50
+
+
+class RuleTier(str, Enum):
+    """How much a match says. A signature names a known failure in its own words; a generic rule reads the shape of
+    a failure (a traceback's last line, "node ... died", "No space") and decides only where no signature matched,
+    at a lower confidence. Generic rules serve root-cause analysis of a job that failed, never live detection (a
+    running job may log a caught exception): RuleSet.signatures() leaves them out."""
+
+    SIGNATURE = "signature"
+    GENERIC = "generic"
 
 
 class RuleType(str, Enum):
@@ -61,10 +71,15 @@ class LogRule:
     description: str | None = None
     file: Path | None = None
     line: int | None = None
+    tier: RuleTier = RuleTier.SIGNATURE
 
     @property
     def permanent(self) -> bool:
         return self.type is RuleType.PERMANENT
+
+    @property
+    def generic(self) -> bool:
+        return self.tier is RuleTier.GENERIC
 
     @property
     def location(self) -> str:
@@ -124,6 +139,10 @@ class RuleSet:
     def for_source(self, source: str) -> RuleSet:
         """The rules that read the named log stream (rules for any stream included)."""
         return RuleSet([r for r in self.rules if r.reads(source)])
+
+    def signatures(self) -> RuleSet:
+        """The rules without the generic tier: what live detection matches running jobs' logs with."""
+        return RuleSet([r for r in self.rules if not r.generic])
 
     def get(self, reason: str) -> LogRule | None:
         return next((r for r in self.rules if r.reason == reason), None)
@@ -286,6 +305,7 @@ def _build_rule(path: Path, node: yaml.Node, item: Any, file_sources: tuple[str,
         raise fail("priority", f"priority {priority!r} is not an integer", "higher wins; e.g. 90 for a lost node")
     action = rule.text("action", "write the recommended action as one sentence")
     description = rule.text("description", "write one sentence")
+    tier = rule.choice("tier", RuleTier) if item.get("tier") is not None else RuleTier.SIGNATURE
     sources = _sources(path, rule.keys.get("source", rule.line), item["source"]) if "source" in item else file_sources
     return LogRule(
         reason=reason,
@@ -298,6 +318,7 @@ def _build_rule(path: Path, node: yaml.Node, item: Any, file_sources: tuple[str,
         confidence=confidence,
         action=action.strip() if action else None,
         priority=priority,
+        tier=tier,
         description=description.strip() if description else None,
         file=path,
         line=rule.line,
@@ -361,11 +382,22 @@ ROOT_CAUSE_PRIORITY = 80
 
 
 def root_cause_pool(matches: Sequence[RuleMatch]) -> list[RuleMatch]:
-    """The matches that compete to explain a failure: root causes if any, else permanent ones, else all."""
+    """The matches that compete to explain a failure: permanent signatures if any (root causes among them if
+    any), else permanent generic matches (root causes among them if any), else all (warnings)."""
+    # A generic rule may not contradict a signature (even a warning's) on the same line: "File ... cannot be
+    # opened" is a full disk's warning before it is any RuntimeError. Where they agree ("exitcode: -9" is both a
+    # SIGKILL warning and the generic host OOM), the generic match stands.
+    known: dict[tuple[str, int], set[Category]] = {}
+    for m in matches:
+        if not m.rule.generic:
+            known.setdefault((m.source, m.line_no), set()).add(m.rule.category)
+    matches = [m for m in matches if not m.rule.generic
+               or m.rule.category in known.get((m.source, m.line_no), {m.rule.category})]
     permanent = [m for m in matches if m.rule.permanent]
     if not permanent:
         return list(matches)
-    return [m for m in permanent if m.rule.priority >= ROOT_CAUSE_PRIORITY] or permanent
+    pool = [m for m in permanent if not m.rule.generic] or permanent
+    return [m for m in pool if m.rule.priority >= ROOT_CAUSE_PRIORITY] or pool
 
 
 def root_cause(matches: Sequence[RuleMatch]) -> RuleMatch | None:

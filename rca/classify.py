@@ -3,7 +3,10 @@
 How priority and time interact (one priority scale across all rule files, see detectors/rules/*.yaml):
 
 1. Permanent matches decide; temporary ones (warnings) only suggest a category, with lower confidence,
-   when no permanent match exists (then the highest priority wins, the first line among equals).
+   when no permanent match exists (then the highest priority wins, the first line among equals). Among
+   permanent matches, signatures (a known failure in its own words) decide before generic rules (the shape
+   of a failure: a traceback's last line, "node ... died"), which speak only where no signature matched,
+   at their own lower confidence, capped at GENERIC_CAP.
 2. Permanent matches at or above ROOT_CAUSE_PRIORITY (hardware, lost node, host / GPU OOM, full disk)
    are root causes. When the log holds any, the echo categories below the line (NCCL errors and
    timeouts, user tracebacks) are demoted: a lost node or an OOM on one rank makes the other ranks time
@@ -34,6 +37,10 @@ TEMPORARY_ONLY_CAP = 0.5
 CORROBORATION_STEP = 0.02
 CORROBORATION_MAX = 0.04
 MAX_CONFIDENCE = 0.99
+GENERIC_CAP = 0.6
+# How strongly a verdict explains a failure (tier()): a root-cause signature, another signature (an echo such as an
+# NCCL timeout or a traceback), a generic rule's reading, warnings only, nothing.
+TIER_ROOT_CAUSE, TIER_SIGNATURE, TIER_GENERIC, TIER_WARNING, TIER_NONE = 4, 3, 2, 1, 0
 UNKNOWN_ACTION = (
     "No known failure signature matched: read the last lines of the log and the Ray dashboard; if this is a "
     "new kind of failure, add a rule for it under detectors/rules/."
@@ -63,8 +70,8 @@ def classify(matches: Sequence[RuleMatch], *, lines_scanned: int | None = None) 
             recommended_action=UNKNOWN_ACTION,
         )
 
-    permanent = [m for m in matches if m.rule.permanent]
     pool = root_cause_pool(matches)
+    permanent = [m for m in pool if m.rule.permanent]
     winner = root_cause(matches)
     assert winner is not None  # matches is not empty
     rule = winner.rule
@@ -72,7 +79,7 @@ def classify(matches: Sequence[RuleMatch], *, lines_scanned: int | None = None) 
     same_category = {m.rule.reason for m in pool if m.rule.category is rule.category} - {rule.reason}
     if permanent:
         boost = min(CORROBORATION_MAX, CORROBORATION_STEP * len(same_category))
-        confidence = min(MAX_CONFIDENCE, rule.confidence + boost)
+        confidence = min(GENERIC_CAP if rule.generic else MAX_CONFIDENCE, rule.confidence + boost)
     else:
         confidence = min(TEMPORARY_ONLY_CAP, rule.confidence * TEMPORARY_ONLY_FACTOR)
 
@@ -88,14 +95,15 @@ def classify(matches: Sequence[RuleMatch], *, lines_scanned: int | None = None) 
 
 
 def tier(result: Classification) -> int:
-    """How strongly a verdict explains a failure: 3 a root cause, 2 another permanent sign, 1 warnings only,
-    0 nothing matched (the same tiers root_cause_pool uses within one log)."""
+    """How strongly a verdict explains a failure (TIER_*; the order root_cause_pool uses within one log)."""
     if result.winner is None:
-        return 0
+        return TIER_NONE
     rule = result.winner.rule
     if not rule.permanent:
-        return 1
-    return 3 if rule.priority >= ROOT_CAUSE_PRIORITY else 2
+        return TIER_WARNING
+    if rule.generic:
+        return TIER_GENERIC
+    return TIER_ROOT_CAUSE if rule.priority >= ROOT_CAUSE_PRIORITY else TIER_SIGNATURE
 
 
 def classify_logs(verdicts: Sequence[tuple[Classification, datetime | None]]) -> tuple[int, Classification]:
@@ -113,7 +121,7 @@ def classify_logs(verdicts: Sequence[tuple[Classification, datetime | None]]) ->
     def priority(v: Classification) -> int:
         return v.winner.rule.priority if v.winner else 0
 
-    if best >= 2 and all(at is not None for _, _, at in candidates):
+    if best >= TIER_GENERIC and all(at is not None for _, _, at in candidates):
         index, chosen, _ = min(candidates, key=lambda c: (c[2], -priority(c[1]), c[0]))
     else:
         index, chosen, _ = min(candidates, key=lambda c: (-priority(c[1]), c[0]))
@@ -153,14 +161,19 @@ def _summary(winner: RuleMatch, matches: Sequence[RuleMatch], *, permanent: bool
     rule = winner.rule
     what = rule.description or f"{rule.reason} matched."
     where = f"First sign at line {winner.line_no} of {PurePath(winner.source).name or winner.source}."
-    others = sorted({m.rule.reason for m in matches} - {rule.reason})
+    # A signature's verdict does not list the generic tier's readings of other lines: they decide nothing there.
+    others = sorted({m.rule.reason for m in matches if rule.generic or not m.rule.generic} - {rule.reason})
     tail = f" Also matched: {', '.join(others)}." if others else ""
-    if permanent and rule.priority >= ROOT_CAUSE_PRIORITY:
+    if permanent and rule.priority >= ROOT_CAUSE_PRIORITY and not rule.generic:
         echoes = sorted(
-            {m.rule.category.value for m in matches if m.rule.permanent and m.rule.priority < ROOT_CAUSE_PRIORITY}
+            {m.rule.category.value for m in matches
+             if m.rule.permanent and not m.rule.generic and m.rule.priority < ROOT_CAUSE_PRIORITY}
             - {rule.category.value}
         )
         if echoes:
             tail += f" Treated as consequences of it: {', '.join(echoes)}."
     hedge = "" if permanent else " Only warning-level signs were found; the job may not have failed from this."
+    if permanent and rule.generic:
+        hedge = (" No known failure signature matched; this is a generic rule's reading of the failure's shape, "
+                 "so the confidence is low.")
     return f"{rule.category.value}: {what} {where}{tail}{hedge}"

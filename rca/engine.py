@@ -21,7 +21,7 @@ from core.types import Action, Category, Finding, Incident, Report
 from detectors.engine import RuleSet
 from detectors.job_failure import UNMATCHED_REASON
 from rca.actions import ActionCatalog, Chosen, load_catalog
-from rca.classify import Classification, clip_text, tier
+from rca.classify import TIER_ROOT_CAUSE, Classification, clip_text, tier
 from rca.evidence import EvidenceBuilder, EvidenceBundle, LogSource, MetricsReader
 from rca.grounding import Dropped, Evidence, ground
 from rca.hang import Hang, hang_of
@@ -130,7 +130,7 @@ class RcaEngine:
     def _deterministic(self, incident: Incident, findings: Sequence[Finding],
                        from_logs: Classification) -> tuple[Classification, bool]:
         observed = [f for f in findings if f.reason not in self._log_reasons and f.category is not Category.UNKNOWN]
-        if not observed or tier(from_logs) >= 3:
+        if not observed or tier(from_logs) >= TIER_ROOT_CAUSE:
             return from_logs, False
         best = max(observed, key=lambda f: (f.category is incident.category, f.confidence))
         evidence = [(e.source, e.line or 0, clip_text(e.text)) for e in best.evidence[:10]]

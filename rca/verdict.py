@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from core.types import Category
 from detectors.engine import RuleSet
-from rca.classify import Classification, tier
+from rca.classify import TIER_GENERIC, TIER_SIGNATURE, Classification, tier
 
 # What each category means, for the prompt and the report.
 CATEGORY_MEANINGS: dict[Category, str] = {
@@ -79,12 +79,15 @@ def decide(verdict: Classification, llm_category: Category | str, llm_confidence
         return Decision(verdict.category, verdict.confidence, proposed, False,
                         f"the LLM proposed {proposed.value}; rejected: {verdict.category.value} was observed directly "
                         f"({verdict.reason}), not read from logs")
-    if strength >= 2:
+    if strength >= TIER_GENERIC:
+        # A generic rule's reading stands as well: the LLM's category replaces only "no failure found", so the
+        # LLM-assisted verdict can add to the rules and never undo one of them.
         line = verdict.evidence[0] if verdict.evidence else None
         shown = f" ({line[0]}:{line[1]}: {line[2][:160]})" if line else ""
         return Decision(verdict.category, verdict.confidence, proposed, False,
                         f"the LLM proposed {proposed.value}; rejected: the failure signature {verdict.reason}{shown} "
-                        f"shows {verdict.category.value}, and the LLM's reading does not overrule a matched signature")
+                        f"shows {verdict.category.value}, and the LLM's reading does not overrule a matched "
+                        f"{'signature' if strength >= TIER_SIGNATURE else 'generic rule'}")
     supporting = [t for t in cited if _shows(proposed, t, rules)]
     if proposed is Category.UNKNOWN:
         return Decision(verdict.category, verdict.confidence, proposed, False,
