@@ -1,20 +1,27 @@
-"""Score root-cause analysis on the evaluation set of real failure logs (tests/rca_cases/).
+"""Score root-cause analysis on the evaluation sets of real failure logs, fold by fold.
 
-Loads every case (rca.cases.load_cases), runs a predictor on it and prints, with rich: accuracy per expected
-category, overall accuracy, the confusion matrix (expected x predicted), the share of each case's facts found in
-the report (summary and evidence lines), and the misses with the rule that won. `--json` prints the same as JSON.
+Folds (each a folder of NN_name/ cases, format in tests/rca_cases/README.md):
+- dev: tests/rca_cases/, the cases the rules are tuned on;
+- test: tests/rca_test/, cases split off at random when they were collected and never tuned on;
+- holdout: tests/rca_holdout/, an earlier hold-out set, also never tuned on.
+By default dev and test are scored, each on its own; `--fold` picks (repeatable), `--root` scores one folder.
+
+For each fold it prints, with rich: accuracy per expected category, overall accuracy, the share of failure logs
+called unknown, the confusion matrix (expected x predicted), the share of each case's facts found in the report
+(summary and evidence lines), and the misses with the rule that won. `--json` prints the same as JSON.
 
 Modes:
 - rules: the classifier of `argus analyze`, each case's logs read in order as one stream;
-- report: the full deterministic report of the RcaEngine (each log classified on its own, the first failure
-  across them wins); facts are looked for in the whole Markdown report;
-- llm: the same engine with the LLM writing the report (the category still checked by the rules). With
-  --llm-url it uses that server; otherwise it starts the local llama-server that `make llm` installed.
-  Prints seconds per report as well.
+- report: the full deterministic report of the RcaEngine (rca/offline.py: each log classified on its own, the
+  first failure across them wins); facts are looked for in the whole Markdown report;
+- llm: the same engine with the LLM writing the report. It prints both verdicts of the same reports, rules-only
+  (the engine's deterministic verdict) and LLM-assisted (the report's category), and how often the LLM's own
+  category was right, kept and rejected. With --llm-url it uses that server; otherwise it starts the local
+  llama-server that `make llm` installed. Prints seconds per report as well.
 
     .venv/bin/python bench/rca_eval.py
     .venv/bin/python bench/rca_eval.py --mode llm [--limit 10]
-    .venv/bin/python bench/rca_eval.py --json > rca_eval.json
+    .venv/bin/python bench/rca_eval.py --fold holdout --json > rca_eval.json
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import Progress
@@ -37,46 +46,51 @@ from core.types import Category  # noqa: E402
 from detectors.engine import load_rules  # noqa: E402
 from rca.cases import Case, Prediction, Scores, evaluate, load_cases, rule_predictor  # noqa: E402
 
-DEFAULT_ROOT = Path(__file__).resolve().parents[1] / "tests" / "rca_cases"
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+FOLDS = {"dev": TESTS / "rca_cases", "test": TESTS / "rca_test", "holdout": TESTS / "rca_holdout"}
+DEFAULT_FOLDS = ("dev", "test")
+
+
+@dataclass
+class Run:
+    """What one fold's run saw besides the scores: seconds per report, and per case what the LLM said."""
+
+    seconds: list[float] = field(default_factory=list)
+    rules_only: dict[str, Category] = field(default_factory=dict)  # case -> the same report's deterministic verdict
+    llm: list[dict[str, Any]] = field(default_factory=list)
+
+
 # mode -> factory of a predictor; one explicit list, so a new mode is one line here.
-PREDICTORS: dict[str, Callable[[argparse.Namespace], Callable[[Case], Prediction]]] = {
-    "rules": lambda args: rule_predictor(load_rules([])),
-    "report": lambda args: report_predictor(None),
-    "llm": lambda args: report_predictor(llm_writer(args)),
+PREDICTORS: dict[str, Callable[[argparse.Namespace, Run], Callable[[Case], Prediction]]] = {
+    "rules": lambda args, run: rule_predictor(load_rules([])),
+    "report": lambda args, run: report_predictor(None, run),
+    "llm": lambda args, run: report_predictor(llm_writer(args), run),
 }
-SECONDS: list[float] = []
-LLM_ANSWERS: list[dict] = []  # per case: the LLM's own category, whether it answered and whether it was kept
 
 
-def report_predictor(writer):  # type: ignore[no-untyped-def]
-    """The RcaEngine's report on a case presented as a failed job with an unknown cause."""
+def report_predictor(writer, run: Run):  # type: ignore[no-untyped-def]
+    """The RcaEngine's report on a case presented as a failed job with an unknown cause (rca/offline.py)."""
     from datetime import datetime, timezone
 
-    from core.types import Evidence, Finding, Incident, IncidentState, Severity, Subject, SubjectKind
     from rca.engine import RcaEngine
     from rca.evidence import read_tail
+    from rca.offline import report_logs
     from rca.redact import Redactor
 
     engine = RcaEngine(load_rules([]), Redactor, writer=writer)
     at = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
     def predict(case: Case) -> Prediction:
-        subject = Subject(kind=SubjectKind.JOB, id=case.name)
-        incident = Incident(id=f"inc-{case.name[:2]}", fingerprint=case.name, category=Category.UNKNOWN,
-                            subject=subject, state=IncidentState.OPEN, severity=Severity.CRITICAL,
-                            summary=f"job {case.name} failed", reason="JobFailed", first_seen=at, last_seen=at,
-                            detected_at=at)
-        finding = Finding(category=Category.UNKNOWN, reason="JobFailed", subject=subject, summary="job failed",
-                          severity=Severity.CRITICAL, evidence=(Evidence(source="ray.jobs", text="FAILED"),),
-                          first_seen=at)
         started = time.monotonic()
-        report = engine.report(incident, [finding], [read_tail(p, name=p.name) for p in case.logs])
-        SECONDS.append(time.monotonic() - started)
+        report = report_logs(engine, case.name, [read_tail(p, name=p.name) for p in case.logs], at=at)
+        run.seconds.append(time.monotonic() - started)
+        run.rules_only[case.name] = Category(report.data["deterministic"]["category"])
         evidence = report.data.get("evidence") or []
         llm = report.data.get("llm") or {}
         if llm:
-            LLM_ANSWERS.append({"case": case.name, "expected": case.category.value, "ok": llm.get("ok"),
-                                "category": llm.get("category"), "accepted": llm.get("accepted")})
+            run.llm.append({"case": case.name, "expected": case.category.value, "ok": llm.get("ok"),
+                            "category": llm.get("category"), "accepted": llm.get("accepted"),
+                            "rules": run.rules_only[case.name].value, "note": llm.get("note")})
         why = report.data.get("rule") or "-"
         if llm:
             why += f" / llm {llm.get('category') or 'failed'}: {'kept' if llm.get('accepted') else 'not used'}"
@@ -86,16 +100,21 @@ def report_predictor(writer):  # type: ignore[no-untyped-def]
     return predict
 
 
-_SERVER = []
+_SERVER: list[Any] = []
+_WRITER: list[Any] = []
 
 
 def llm_writer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """One writer for every fold of the run (the local server starts once)."""
+    if _WRITER:
+        return _WRITER[0]
     import tempfile
 
     from rca.llm import LlmWriter
 
     if args.llm_url:
-        return LlmWriter(args.llm_url, args.llm_model, timeout_s=300, max_retries=0)
+        _WRITER.append(LlmWriter(args.llm_url, args.llm_model, timeout_s=300, max_retries=0))
+        return _WRITER[0]
     from stage.localstack.llm import LlamaServer, llm_paths
     from stage.localstack.process import REGISTRY, install_exit_handlers
 
@@ -107,67 +126,122 @@ def llm_writer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     REGISTRY.add(server)
     server.start(timeout=300)
     _SERVER.append(server)
-    return LlmWriter(server.base_url, server.model, timeout_s=300, max_retries=0)
+    _WRITER.append(LlmWriter(server.base_url, server.model, timeout_s=300, max_retries=0))
+    return _WRITER[0]
+
+
+def unknown_share(scores: Scores) -> float | None:
+    """The share of failure logs (expected category other than unknown) that were called unknown."""
+    failures = [r for r in scores.results if r.case.category is not Category.UNKNOWN]
+    if not failures:
+        return None
+    return sum(r.predicted is Category.UNKNOWN for r in failures) / len(failures)
+
+
+def llm_summary(run: Run) -> dict[str, int]:
+    answered = [a for a in run.llm if a["ok"]]
+    kept = [a for a in answered if a["accepted"]]
+    changed = [a for a in kept if a["category"] != a["rules"]]  # kept, and not merely agreeing with the rules
+    return {
+        "asked": len(run.llm), "answered": len(answered),
+        "own_category_right": sum(a["category"] == a["expected"] for a in answered),
+        "kept": len(kept), "kept_and_right": sum(a["category"] == a["expected"] for a in kept),
+        "changed_the_category": len(changed),
+        "changed_and_right": sum(a["category"] == a["expected"] for a in changed),
+        "rejected": len(answered) - len(kept),
+        "rejected_yet_right": sum(a["category"] == a["expected"] for a in answered if not a["accepted"]),
+    }
+
+
+def score_fold(name: str, root: Path, args: argparse.Namespace, console: Console) -> dict[str, Any] | None:
+    try:
+        cases = load_cases(root)
+    except ArgusError as exc:
+        console.print(f"[red]error:[/red] {exc.message}" + (f"\n[dim]{exc.hint}[/dim]" if exc.hint else ""))
+        return None
+    cases = cases[:: max(1, args.every)]
+    cases = cases[: args.limit] if args.limit else cases
+    run = Run()
+    predict = PREDICTORS[args.mode](args, run)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task(f"{name} ({args.mode}): {len(cases)} cases", total=len(cases))
+
+        def counted(case: Case) -> Prediction:
+            try:
+                return predict(case)
+            finally:
+                progress.advance(task)
+
+        scores = evaluate(cases, counted)
+    result: dict[str, Any] = {"fold": name, "root": str(root), "scores": scores, "run": run,
+                              "unknown_on_failures": unknown_share(scores)}
+    if run.seconds:
+        ordered = sorted(run.seconds)
+        result["seconds_per_report_median"] = round(ordered[len(ordered) // 2], 2)
+        result["seconds_per_report_max"] = round(ordered[-1], 2)
+    if args.mode == "llm":
+        result["rules_only"] = evaluate(cases, lambda c: Prediction(run.rules_only[c.name], ""))
+        result["llm"] = llm_summary(run)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="folder of NN_name/ case folders")
+    parser.add_argument("--fold", action="append", choices=sorted(FOLDS), help="fold(s) to score (default: dev, test)")
+    parser.add_argument("--root", type=Path, default=None, help="score this folder of NN_name/ cases instead")
     parser.add_argument("--mode", choices=sorted(PREDICTORS), default="rules", help="which predictor to score")
     parser.add_argument("--json", action="store_true", help="print the scores as JSON")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N cases")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N cases of each fold")
     parser.add_argument("--every", type=int, default=1, help="every Nth case (a sample across all categories)")
     parser.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL (default: start llama-server)")
     parser.add_argument("--llm-model", default="qwen2.5-coder-1.5b", help="model name for --llm-url")
     args = parser.parse_args(argv)
     console = Console(stderr=True)
+    folds = {args.root.name: args.root} if args.root else {f: FOLDS[f] for f in (args.fold or DEFAULT_FOLDS)}
+    results = []
     try:
-        cases = load_cases(args.root)
-    except ArgusError as exc:
-        console.print(f"[red]error:[/red] {exc.message}" + (f"\n[dim]{exc.hint}[/dim]" if exc.hint else ""))
-        return 2
-    cases = cases[:: max(1, args.every)]
-    cases = cases[: args.limit] if args.limit else cases
-    try:
-        predict = PREDICTORS[args.mode](args)
-        with Progress(console=console, transient=True) as progress:
-            task = progress.add_task(f"{args.mode}: {len(cases)} cases", total=len(cases))
-
-            def counted(case: Case) -> Prediction:
-                try:
-                    return predict(case)
-                finally:
-                    progress.advance(task)
-
-            scores = evaluate(cases, counted)
+        for name, root in folds.items():
+            result = score_fold(name, root, args, console)
+            if result is None:
+                return 2
+            results.append(result)
     finally:
         for server in _SERVER:
             server.stop()
-    timing = {}
-    if SECONDS:
-        ordered = sorted(SECONDS)
-        timing = {"seconds_per_report_median": round(ordered[len(ordered) // 2], 2),
-                  "seconds_per_report_max": round(ordered[-1], 2)}
-    if LLM_ANSWERS:
-        answered = [a for a in LLM_ANSWERS if a["ok"]]
-        timing["llm"] = {
-            "answered": len(answered), "asked": len(LLM_ANSWERS),
-            "own_category_right": sum(a["category"] == a["expected"] for a in answered),
-            "kept": sum(bool(a["accepted"]) for a in answered),
-            "rejected": sum(not a["accepted"] for a in answered),
-        }
     if args.json:
-        print(json.dumps({"mode": args.mode, **timing, **scores.to_dict(), "llm_answers": LLM_ANSWERS}, indent=2))
-    else:
-        show(scores, args.mode, Console())
-        if SECONDS:
-            Console().print(f"seconds per report: median {timing['seconds_per_report_median']}, "
-                            f"max {timing['seconds_per_report_max']}")
-        if "llm" in timing:
-            t = timing["llm"]
-            Console().print(f"LLM: answered {t['answered']}/{t['asked']}; its own category right in "
-                            f"{t['own_category_right']}; kept {t['kept']}, rejected {t['rejected']}")
+        print(json.dumps({"mode": args.mode, "folds": {r["fold"]: as_json(r) for r in results}}, indent=2))
+        return 0
+    out = Console()
+    for result in results:
+        show(result["scores"], f"{args.mode}, {result['fold']}", out)
+        share = result["unknown_on_failures"]
+        out.print(f"unknown on failure logs: {'n/a' if share is None else f'{share:.1%}'}")
+        if "seconds_per_report_median" in result:
+            out.print(f"seconds per report: median {result['seconds_per_report_median']}, "
+                      f"max {result['seconds_per_report_max']}")
+        if "llm" in result:
+            t = result["llm"]
+            out.print(f"[bold]{result['fold']}: rules-only {result['rules_only'].accuracy:.1%}, LLM-assisted "
+                      f"{result['scores'].accuracy:.1%}[/bold] (the same {len(result['scores'].results)} reports)")
+            out.print(f"LLM: answered {t['answered']}/{t['asked']}; its own category right in "
+                      f"{t['own_category_right']}; "
+                      f"kept {t['kept']} ({t['kept_and_right']} right; {t['changed_the_category']} changed the "
+                      f"category, {t['changed_and_right']} of them rightly), rejected {t['rejected']} "
+                      f"({t['rejected_yet_right']} of them right)")
+    if len(results) > 1:
+        out.print("  ".join(f"{r['fold']}: {r['scores'].accuracy:.1%} of {len(r['scores'].results)}" for r in results))
     return 0
+
+
+def as_json(result: dict[str, Any]) -> dict[str, Any]:
+    data = {"root": result["root"], **result["scores"].to_dict(), "unknown_on_failures": result["unknown_on_failures"]}
+    for key in ("seconds_per_report_median", "seconds_per_report_max", "llm"):
+        if key in result:
+            data[key] = result[key]
+    if "rules_only" in result:
+        data["rules_only_accuracy"] = round(result["rules_only"].accuracy, 4)
+        data["llm_answers"] = result["run"].llm
+    return data
 
 
 def show(scores: Scores, mode: str, console: Console) -> None:

@@ -25,9 +25,10 @@ from core.names import label_of
 from core.types import Finding, Incident
 from detectors.engine import RuleMatch, RuleSet
 from detectors.stall import DEFAULT_PATTERNS as PROGRESS_PATTERNS
-from rca.classify import Classification, classify, classify_logs, clip_text
+from rca.classify import TIER_WARNING, Classification, classify, classify_logs, clip_text, tier
 from rca.collapse import groups, shape, varies
 from rca.redact import Redactor
+from rca.salience import salient_lines
 
 CHARS_PER_TOKEN = 4
 DEFAULT_TOKEN_BUDGET = 6000
@@ -36,6 +37,7 @@ WINDOW_AFTER = 8
 MAX_LINE_IN_BUNDLE = 400
 MAX_LOG_BYTES = 4 * 1024 * 1024  # the tail of a log that is read: failures sit at the end
 MAX_MATCHES_PER_LOG = 200
+SALIENT_LINES = 30  # across the logs, when no rule explained the failure
 
 
 def tokens(text: str) -> int:
@@ -191,6 +193,18 @@ class EvidenceBuilder:
             if not any(r.text == _clip(red.redact(text)) for r in refs):
                 refs.append(EvidenceLine(ref=len(refs) + 1, source=where, text=_clip(red.redact(text)),
                                          why="the ranks' stacks"))
+        if tier(verdict) <= TIER_WARNING:
+            # No rule explains the failure: the lines a reader would look at first (rca/salience.py), so the LLM
+            # reads the log instead of an empty incident.
+            for source in logs:
+                for pick in salient_lines(source.lines, first_line_no=source.first_line_no,
+                                          limit=max(5, SALIENT_LINES // max(1, len(logs)))):
+                    text = _clip(red.redact(pick.text))
+                    if any(r.text == text and r.source == source.name for r in refs):
+                        continue
+                    refs.append(EvidenceLine(ref=len(refs) + 1, source=source.name, line=pick.line_no, text=text,
+                                             at=_time_at(times_by_log, logs, source.name, pick.line_no),
+                                             why=f"salient: {pick.why}"))
         for finding in findings[:10]:
             for ev in finding.evidence[:5]:
                 if any(r.text == _clip(red.redact(ev.text)) for r in refs):

@@ -137,3 +137,76 @@ def test_subprocess_bad_rules_dir() -> None:
     assert done.returncode == 2
     err = done.stderr.decode()
     assert "/nonexistent/rules" in err and "Traceback" not in err
+
+
+# --- one failure, one report: --report and --llm ---------------------------------------------------
+
+QUIET = ["INFO step:41 - actor/loss:0.31", "(TaskRunner pid=7) Traceback (most recent call last):",
+         '(TaskRunner pid=7)   File "/app/trainer.py", line 88, in run', "(TaskRunner pid=7)     score(batch)",
+         "(TaskRunner pid=7) rewards.Mismatch: reward model returned 7 scores for 8 samples", "INFO bye"]
+
+
+def test_report_reads_the_files_as_one_failure_and_prints_the_markdown(runner: CliRunner) -> None:
+    result = runner.invoke(make_app(), ["analyze", "--report", str(NODE_LOST), str(OOM)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("# ") and "## Root cause" in result.stdout and "## Evidence" in result.stdout
+    assert NODE_LOST.name in result.stdout and OOM.name in result.stdout  # both logs were read
+    result = runner.invoke(make_app(), ["analyze", "--report", "--json", str(NODE_LOST)])
+    [data] = json_lines(result.stdout)
+    assert data["category"] == "node_lost" and data["llm"] is None and data["markdown"].startswith("# ")
+
+
+def test_llm_without_a_server_says_how_to_name_one(runner: CliRunner, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ARGUS_LLM_BASE_URL", raising=False)
+    monkeypatch.setenv("ARGUS_DATA_DIR", str(tmp_path))
+    result = runner.invoke(make_app(), ["analyze", "--llm", str(OOM)])
+    assert result.exit_code == 2
+    assert "--llm-url" in result.stderr and "ARGUS_LLM_BASE_URL" in result.stderr
+
+
+def scripted_llm(category: str, refs: list[int]):  # type: ignore[no-untyped-def]
+    """A real HTTP server on loopback that answers every chat completion with one scripted analysis: it stands for
+    the LLM's answer so that what Argus does with it is checked exactly (the real model: tests/rca/test_llm_real)."""
+    from tests.rca.test_llm_failures import completion, serve
+
+    answer = {"category": category, "summary": "The reward model returned fewer scores than samples.",
+              "root_cause": "The reward model returned 7 scores for 8 samples.", "timeline": [],
+              "next_steps": [], "evidence_refs": refs, "confidence": 0.8}
+    return serve(lambda: (200, completion(json.dumps(answer))))
+
+
+def test_llm_category_stands_where_the_rules_found_nothing_and_is_capped(runner: CliRunner, tmp_path: Path) -> None:
+    log = tmp_path / "driver.log"
+    log.write_text("\n".join(QUIET) + "\n")
+    servers = scripted_llm("user_error", [1, 2, 3, 4, 5, 6])
+    url = next(servers)
+    try:
+        result = runner.invoke(make_app(), ["analyze", "--llm-url", url, "--json", str(log)])
+    finally:
+        servers.close()
+    assert result.exit_code == 0, result.output
+    [data] = json_lines(result.stdout)
+    assert data["deterministic"]["category"] == "unknown"
+    assert data["llm"]["ok"] and data["llm"]["accepted"], data["llm"]
+    assert data["category"] == "user_error" and data["confidence"] <= 0.5
+    assert any(e["why"].startswith("salient") for e in data["evidence"])
+
+
+def test_llm_category_never_overrules_a_rule(runner: CliRunner) -> None:
+    servers = scripted_llm("disk_full", [1])
+    url = next(servers)
+    try:
+        result = runner.invoke(make_app(), ["analyze", "--llm-url", url, "--json", str(NODE_LOST)])
+    finally:
+        servers.close()
+    [data] = json_lines(result.stdout)
+    assert data["category"] == "node_lost" and not data["llm"]["accepted"] and "rejected" in data["llm"]["note"]
+
+
+def test_llm_that_does_not_answer_leaves_the_rules_report(runner: CliRunner) -> None:
+    from stage.localstack.ports import free_port
+
+    result = runner.invoke(make_app(), ["analyze", "--llm-url", f"http://127.0.0.1:{free_port()}/v1", str(OOM)])
+    assert result.exit_code == 0, result.output
+    assert "gave no analysis" in result.stderr and "(deterministic)" in result.stdout

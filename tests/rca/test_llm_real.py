@@ -72,14 +72,17 @@ def test_the_category_is_kept_or_rejected_with_a_reason(oom_report: tuple[Report
 
 
 def test_where_the_rules_see_nothing_a_supported_llm_category_is_accepted_and_capped(writer: LlmWriter) -> None:
-    # No rule matches this wording; the LLM may read it as a GPU OOM and cite the line, which shows it.
+    # No rule matches this wording (not even a generic one); the bundle carries the line as salient, and the LLM may
+    # read it as a GPU OOM and cite it, which shows it ("alloc failed").
     unknown = LogSource("rank0.log", [
         "2026-05-01 11:59:50,000 INFO step:41 - actor/loss:0.31",
-        "2026-05-01 11:59:58,000 ERROR allocator: GPU 3 is out of memory while growing the KV cache by 2048 MiB; "
+        "2026-05-01 11:59:58,000 ERROR engine: KV cache alloc failed on GPU 3 (needed 2048 MiB, 0 MiB free); "
         "the engine cannot continue",
     ])
     engine = RcaEngine(RULES, Redactor, writer=writer)
     report = engine.report(incident(), [finding("JobFailed", Category.UNKNOWN, "job failed")], [unknown])
+    assert report.data["deterministic"]["category"] == "unknown"
+    assert any(e["why"].startswith("salient") and "alloc failed" in e["text"] for e in report.data["evidence"])
     llm = report.data["llm"]
     assert llm["ok"], llm["error"]
     if llm["accepted"] and llm["category"] != "unknown":

@@ -1,0 +1,135 @@
+"""The generic tier (detectors/rules/generic.yaml, `tier: generic`): a failure's shape read where no signature
+matched, at a low confidence that says so; never over a signature, never against a signature on the same line,
+never in live detection."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from argus.wiring import build_detectors
+from core.errors import RuleError
+from core.settings import load_settings
+from core.types import Category
+from detectors.engine import RuleSet, RuleTier, load_rules, root_cause
+from detectors.log_rules import LogRuleDetector
+from detectors.metric_rules import MetricRuleSet
+from rca.analyze import analyze_lines
+from rca.classify import GENERIC_CAP, TIER_GENERIC, TIER_ROOT_CAUSE, classify, tier
+
+RULES = load_rules()
+
+
+def verdict(*lines: str) -> dict:
+    return analyze_lines("job.log", list(lines), RULES)
+
+
+# Lines each generic category must read, in words no signature knows (a cloud's, a launcher's, an old version's).
+SHAPES = [
+    ("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 2.1GiB on device", "gpu_oom"),
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:114] DefaultCPUAllocator: not enough memory: you tried to "
+     "allocate 4194304 bytes.", "host_oom"),
+    ("pod/trainer-worker-3 terminated: reason OOMKilled, exit code 137", "host_oom"),
+    ("ERROR worker node 10.0.3.7 went offline during step 1200", "node_lost"),
+    ("Failed to connect to GCS at address 10.0.0.1:6379 within 60 seconds.", "node_lost"),
+    ("sky.exceptions: The spot instance was preempted; recovering the cluster", "node_lost"),
+    ("RuntimeError: NCCL communicator was aborted on rank 2", "nccl_error"),
+    ("torch.distributed.DistNetworkError: failed to recv, got 0 bytes", "nccl_error"),
+    ("deepspeed barrier timed out after 1800 seconds on rank 3", "nccl_hang"),
+    ("kernel: NVRM: Xid (PCI:0000:3b:00): 109, pid=1234, Ch 00000010", "gpu_hardware"),
+    ("nvidia-smi has failed because it couldn't communicate with the NVIDIA driver", "gpu_hardware"),
+    ("IOError: write to /ckpt/model-00003-of-00004.safetensors: storage is full", "disk_full"),
+    ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+     "disk_full"),
+    ("jinja2.exceptions.TemplateError: Conversation roles must alternate user/assistant/user/assistant",
+     "user_error"),
+    ("(TaskRunner pid=4242) pydantic_core._pydantic_core.ValidationError: 1 validation error for SamplingParams",
+     "user_error"),
+]
+
+
+@pytest.mark.parametrize(("line", "category"), SHAPES)
+def test_a_failure_in_words_no_signature_knows_gets_its_category_at_a_low_confidence(line: str, category: str) -> None:
+    result = verdict("step 10 loss=1.2", line)
+    assert result["category"] == category, result
+    assert 0 < result["confidence"] <= GENERIC_CAP
+    assert "generic rule" in result["summary"]
+
+
+# Healthy lines with alarming words: no generic rule may read them as a failure.
+HEALTHY = [
+    "NCCL INFO NET/Plugin: Failed to find ncclNetPlugin_v6 symbol, falling back to internal implementation",
+    "[W socket.cpp:601] [c10d] The client socket has failed to connect to [node-7]:29500 (errno: 22 - Invalid "
+    "argument).",
+    "trainer.timeout=1800 nccl_timeout=600 save_freq=100",
+    "|  N/A   34C  P0   62W / 400W |  ECC errors: 0  | Volatile Uncorr. ECC: 0 |",
+    "we handle a KeyError here by retrying",
+    "epoch 3 eval_error_rate=0.02 val_loss=1.1",
+    "node_rank=1 nnodes=2 master_addr=10.0.0.1",
+    "Autoscaler: removing 2 idle nodes (idle for 600 s)",
+    "UserWarning: torch.cuda.amp.GradScaler is deprecated",
+    "INFO checkpoint saved to /ckpt/global_step_100 (12.3 GiB), 2.1 TiB free",
+    "Killed 0 workers",
+]
+
+
+@pytest.mark.parametrize("line", HEALTHY)
+def test_healthy_lines_with_alarming_words_are_no_failure(line: str) -> None:
+    assert [r.reason for r in RULES.match(line) if r.generic and r.permanent] == []
+
+
+def test_a_signature_anywhere_in_the_log_decides_over_every_generic_reading() -> None:
+    # The generic node-gone line comes first, yet the CUDA OOM signature decides.
+    result = verdict("worker node 10.0.0.2 disconnected", "torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                     "allocate 2.00 GiB", "ValueError: boom")
+    assert result["category"] == "gpu_oom" and result["confidence"] > GENERIC_CAP
+    assert "generic" not in result["summary"]
+
+
+def test_a_generic_rule_never_contradicts_a_signature_on_the_same_line() -> None:
+    # "File ... cannot be opened" is a full disk's warning signature before it is a RuntimeError's shape.
+    result = verdict("RuntimeError: File ckpt/checkpoint_0.pt cannot be opened.")
+    assert result["category"] == "disk_full"
+    # Where they agree (a SIGKILL warning and the generic host OOM), the generic reading stands and decides over
+    # the launcher's "ChildFailedError" printed first.
+    result = verdict("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+                     "rank2 (local rank: 2)exitcode: -9 (pid: 36071)")
+    assert result["category"] == "host_oom"
+
+
+def test_among_generic_readings_a_cause_beats_an_echo_and_then_the_first_in_time_wins() -> None:
+    lines = ["RuntimeError: NCCL communicator was aborted on rank 1",  # an echo (nccl_error)
+             "raylet on host 10.0.0.9 crashed", "MemoryError: "]  # two causes: the first in time wins
+    matches = list(RULES.scan(lines, source="x"))
+    winner = root_cause(matches)
+    assert winner is not None and winner.rule.category is Category.NODE_LOST and winner.rule.generic
+    assert tier(classify(matches)) == TIER_GENERIC < TIER_ROOT_CAUSE
+
+
+def test_live_detection_reads_running_jobs_with_the_signatures_only(tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path, shared_root=tmp_path / "no-such-root")
+    [live] = [d for d in build_detectors(settings, MetricRuleSet()) if isinstance(d, LogRuleDetector)]
+    assert live.rules.rules and not any(r.generic for r in live.rules)
+    assert any(r.generic for r in RULES) and len(RULES.signatures()) < len(RULES)
+
+
+def test_a_rule_files_tier_is_checked(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    body = """\
+        source: '*'
+        rules:
+          - reason: MyShape
+            category: node_lost
+            tier: {tier}
+            type: permanent
+            pattern: 'machine \\w+ vanished'
+    """
+    path.write_text(textwrap.dedent(body.format(tier="generic")))
+    [rule] = RuleSet.load([path]).rules
+    assert rule.tier is RuleTier.GENERIC and rule.generic
+    path.write_text(textwrap.dedent(body.format(tier="vague")))
+    with pytest.raises(RuleError, match="unknown tier 'vague'") as info:
+        RuleSet.load([path])
+    assert "signature, generic" in str(info.value.hint)

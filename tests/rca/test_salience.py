@@ -1,0 +1,93 @@
+"""When no rule explains a failure, the LLM reads the lines a person would (rca/salience.py): a traceback's end and
+last frames, failure words, the log's last lines; and the prompt no longer anchors it on "unknown"."""
+
+from __future__ import annotations
+
+from core.types import Category
+from detectors.engine import load_rules
+from rca.engine import RcaEngine
+from rca.evidence import EvidenceBuilder, LogSource
+from rca.llm import LlmWriter
+from rca.redact import Redactor
+from rca.salience import salient_lines
+from tests.rca.test_report import finding, incident
+
+RULES = load_rules()
+
+# Worded so no rule (signature or generic) reads it: the failure is visible only to a reader.
+QUIET_FAILURE = [
+    "2026-05-01 11:59:40,000 INFO step:40 - actor/loss:0.33",
+    "2026-05-01 11:59:50,000 INFO step:41 - actor/loss:0.31",
+    *[f"2026-05-01 11:59:5{i},000 INFO rollout batch {i} done" for i in range(5)],
+    "(TaskRunner pid=77) Traceback (most recent call last):",
+    '(TaskRunner pid=77)   File "/app/main.py", line 12, in <module>',
+    "(TaskRunner pid=77)     run()",
+    '(TaskRunner pid=77)   File "/app/trainer.py", line 88, in run',
+    "(TaskRunner pid=77)     self.reward_fn(batch)",
+    "(TaskRunner pid=77) rewards.Mismatch: reward model returned 7 scores for 8 samples",
+    "2026-05-01 12:00:01,000 INFO shutting down workers",
+    "2026-05-01 12:00:02,000 INFO bye",
+]
+
+
+def test_the_pass_picks_a_tracebacks_end_its_last_frames_and_the_end_of_the_log() -> None:
+    picked = {s.line_no: s for s in salient_lines(QUIET_FAILURE, limit=10)}
+    assert picked[13].why == "traceback end" and "rewards.Mismatch" in picked[13].text
+    assert {10, 11} <= set(picked) and picked[10].why == "last frame"  # the frame that raised, and its source line
+    assert 15 in picked and picked[15].why == "end of log"
+    assert 1 not in picked  # a plain progress line early in the log is not salient
+    assert [s.line_no for s in salient_lines(QUIET_FAILURE, limit=10)] == sorted(picked)
+
+
+def test_the_pass_is_bounded_on_a_huge_noisy_log() -> None:
+    noisy = [f"ERROR retry {i} failed" for i in range(100_000)]
+    picked = salient_lines(noisy, limit=25)
+    assert len(picked) == 25 and picked[-1].line_no == 100_000  # the end of the log is always among them
+    assert salient_lines([], limit=5) == [] and salient_lines(["", "  "], limit=5) == []
+
+
+def test_with_no_rule_match_the_bundle_carries_the_salient_lines_and_the_prompt_does_not_anchor_on_unknown() -> None:
+    builder = EvidenceBuilder(RULES, Redactor(), token_budget=3000)
+    bundle, verdict = builder.build(incident(), [finding("JobFailed", Category.UNKNOWN, "job failed")],
+                                    [LogSource("driver.log", QUIET_FAILURE)])
+    assert verdict.category is Category.UNKNOWN and verdict.winner is None
+    salient = [e for e in bundle.evidence if e.why.startswith("salient")]
+    assert any("rewards.Mismatch" in e.text for e in salient) and any(e.line == 15 for e in salient)
+    writer = LlmWriter("http://127.0.0.1:9/v1", "m")  # nothing is sent: the prompt is only rendered
+    system, human = (text for _, text in writer.messages(bundle))
+    assert "Rule engine verdict: none." in human and "Rule engine verdict: unknown" not in human
+    assert "(salient: traceback end) :: (TaskRunner pid=77) rewards.Mismatch" in human
+    assert "no hint at all" in system
+
+
+def test_a_matched_rule_keeps_the_bundle_to_its_own_lines() -> None:
+    builder = EvidenceBuilder(RULES, Redactor(), token_budget=3000)
+    log = [*QUIET_FAILURE, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+    bundle, verdict = builder.build(incident(), [], [LogSource("driver.log", log)])
+    assert verdict.category is Category.GPU_OOM
+    assert not any(e.why.startswith("salient") for e in bundle.evidence)
+
+
+def test_the_llm_category_replaces_only_no_failure_found() -> None:
+    """Rules-only and LLM-assisted from the same reports: an LLM category is kept only where the rules found
+    nothing, so the LLM can add to the rules' accuracy and never take from it."""
+    from rca.classify import classify
+    from rca.verdict import decide
+
+    nothing = classify([])
+    generic = classify(list(RULES.scan(["pydantic_core._pydantic_core.ValidationError: 1 validation error"], "x")))
+    cited = ["(TaskRunner pid=77) Traceback (most recent call last):",
+             "(TaskRunner pid=77) rewards.Mismatch: reward model returned 7 scores for 8 samples"]
+    assert not decide(nothing, "user_error", 0.9, cited[1:], RULES).accepted  # no line of it shows a failure
+    assert decide(nothing, "user_error", 0.9, cited, RULES).accepted
+    assert decide(nothing, "user_error", 0.9, cited, RULES).confidence == 0.5
+    refused = decide(generic, "gpu_oom", 0.9, ["CUDA out of memory"], RULES)
+    assert not refused.accepted and refused.category is Category.USER_ERROR and "generic rule" in refused.note
+
+
+def test_an_offline_report_of_a_quiet_failure_names_what_the_log_shows() -> None:
+    from rca.offline import report_logs
+
+    report = report_logs(RcaEngine(RULES, Redactor), "quiet", [LogSource("driver.log", QUIET_FAILURE)])
+    assert report.category is Category.UNKNOWN and report.data["llm"] is None
+    assert "rewards.Mismatch" in report.markdown  # the salient lines are the report's evidence too
