@@ -12,6 +12,7 @@ No presentation here (bench/rca_eval.py prints); only values.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -29,7 +30,7 @@ from rca.analyze import analyze_lines, iter_lines
 
 CASE_FILE = "case.yaml"
 # Two digits, then a lower-case slug: the number orders the table in the README, the slug says what the case is.
-FOLDER_NAME = re.compile(r"^(\d{2})_[a-z0-9]+(?:_[a-z0-9]+)*$")
+FOLDER_NAME = re.compile(r"^(\d{2,3})_[a-z0-9]+(?:_[a-z0-9]+)*$")  # 01..99, then 100..999
 # Cases come from public threads: an issue, a pull request or a discussion, on GitHub or elsewhere.
 SOURCE_URL = re.compile(r"^https://[a-z0-9.-]+\.[a-z]{2,}/\S+$")
 MAX_FACTS = 5
@@ -75,10 +76,18 @@ def load_cases(root: Path) -> list[Case]:
     root = Path(root)
     if not root.is_dir():
         raise InputError(f"RCA case folder {root} does not exist", hint="pass the folder holding the NN_name/ cases")
-    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+    folders = sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))),
+                     key=lambda p: (int(m.group(1)) if (m := FOLDER_NAME.match(p.name)) else 10**6, p.name))
     cases = [load_case(folder) for folder in folders]
     check_numbering([c.name for c in cases])
     return cases
+
+
+def fold_of(source: str) -> str:
+    """The fold a new case goes to, from its thread's URL alone ("dev" or "test"): chosen by a hash, never by how
+    the rules do on it, so the test fold stays a fair sample. Cases 01-63 of tests/rca_cases predate the split."""
+    url = source.split("#")[0].strip().rstrip("/")
+    return "dev" if hashlib.sha256(url.encode()).digest()[0] % 2 == 0 else "test"
 
 
 def check_numbering(names: Iterable[str]) -> None:
@@ -89,7 +98,7 @@ def check_numbering(names: Iterable[str]) -> None:
         if not match:
             raise InputError(
                 f"RCA case folder '{name}' is not named NN_slug",
-                hint="use two digits, an underscore and a lower-case slug, e.g. 07_verl_rollout_oom",
+                hint="use two digits (three from 100), an underscore and a lower-case slug, e.g. 07_verl_rollout_oom",
             )
         numbers.append(int(match.group(1)))
     repeated = sorted(n for n, count in Counter(numbers).items() if count > 1)
