@@ -38,6 +38,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -45,6 +46,7 @@ from core.errors import ArgusError  # noqa: E402
 from core.types import Category  # noqa: E402
 from detectors.engine import load_rules  # noqa: E402
 from rca.cases import Case, Prediction, Scores, evaluate, load_cases, rule_predictor  # noqa: E402
+from rca.classify import TIER_WARNING  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 FOLDS = {"dev": TESTS / "rca_cases", "test": TESTS / "rca_test", "holdout": TESTS / "rca_holdout"}
@@ -64,12 +66,15 @@ class Run:
 PREDICTORS: dict[str, Callable[[argparse.Namespace, Run], Callable[[Case], Prediction]]] = {
     "rules": lambda args, run: rule_predictor(load_rules([])),
     "report": lambda args, run: report_predictor(None, run),
-    "llm": lambda args, run: report_predictor(llm_writer(args), run),
+    "llm": lambda args, run: report_predictor(llm_writer(args), run, every_case=args.llm_every_case),
 }
 
 
-def report_predictor(writer, run: Run):  # type: ignore[no-untyped-def]
-    """The RcaEngine's report on a case presented as a failed job with an unknown cause (rca/offline.py)."""
+def report_predictor(writer, run: Run, *, every_case: bool = False):  # type: ignore[no-untyped-def]
+    """The RcaEngine's report on a case presented as a failed job with an unknown cause (rca/offline.py). With a
+    writer, the LLM is asked where its category could stand (the rules found no failure, or only warnings: see
+    rca/verdict.py), or on every case with `every_case`; elsewhere the report is the rules' own, as it would be
+    whatever the LLM answered."""
     from datetime import datetime, timezone
 
     from rca.engine import RcaEngine
@@ -82,7 +87,10 @@ def report_predictor(writer, run: Run):  # type: ignore[no-untyped-def]
 
     def predict(case: Case) -> Prediction:
         started = time.monotonic()
-        report = report_logs(engine, case.name, [read_tail(p, name=p.name) for p in case.logs], at=at)
+        logs = [read_tail(p, name=p.name) for p in case.logs]
+        report = report_logs(engine, case.name, logs, at=at, use_llm=False)
+        if writer is not None and (every_case or report.data["deterministic"]["tier"] <= TIER_WARNING):
+            report = report_logs(engine, case.name, logs, at=at)
         run.seconds.append(time.monotonic() - started)
         run.rules_only[case.name] = Category(report.data["deterministic"]["category"])
         evidence = report.data.get("evidence") or []
@@ -195,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=int, default=1, help="every Nth case (a sample across all categories)")
     parser.add_argument("--llm-url", default=None, help="OpenAI-compatible base URL (default: start llama-server)")
     parser.add_argument("--llm-model", default="qwen2.5-coder-1.5b", help="model name for --llm-url")
+    parser.add_argument("--llm-every-case", action="store_true",
+                        help="ask the LLM on every case, not only where its category could stand")
     args = parser.parse_args(argv)
     console = Console(stderr=True)
     folds = {args.root.name: args.root} if args.root else {f: FOLDS[f] for f in (args.fold or DEFAULT_FOLDS)}
@@ -277,12 +287,12 @@ def show(scores: Scores, mode: str, console: Console) -> None:
         misses.add_column(column, overflow="fold")
     for miss in scores.misses:
         line = miss.first_evidence or ""
-        misses.add_row(
-            miss.case.name + (" (hard negative)" if miss.case.hard_negative else ""),
+        misses.add_row(  # log text is never markup: "[/opt/...pair.cc:598]" would be read as a closing tag
+            Text(miss.case.name + (" (hard negative)" if miss.case.hard_negative else "")),
             miss.case.category.value,
             miss.predicted.value,
-            miss.reason or "-",
-            line if len(line) <= 160 else line[:159] + "…",
+            Text(miss.reason or "-"),
+            Text(line if len(line) <= 160 else line[:159] + "…"),
         )
     console.print(misses)
 

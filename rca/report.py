@@ -25,7 +25,7 @@ from core.signal_keys import JOB_NAME, OWNER
 from core.steps import said
 from core.types import Action, Category, Incident, Report
 from rca.actions import Chosen
-from rca.classify import Classification
+from rca.classify import Classification, tier
 from rca.evidence import EvidenceBundle
 from rca.grounding import Dropped, told
 from rca.hang import Hang
@@ -246,7 +246,8 @@ def render(inp: ReportInput) -> Report:
         "root_cause": root_cause,
         "rule": verdict.reason,
         "hang": hang.as_dict() if hang is not None else None,
-        "deterministic": {"category": verdict.category.value, "confidence": verdict.confidence},
+        "deterministic": {"category": verdict.category.value, "confidence": verdict.confidence,
+                          "tier": tier(verdict)},
         "llm": None if inp.llm is None else {
             "model": inp.llm.model, "ok": inp.llm.ok, "seconds": inp.llm.seconds, "error": inp.llm.error,
             "category": analysis.category if analysis else None,
