@@ -30,15 +30,23 @@ CATEGORY_MEANINGS: dict[Category, str] = {
 }
 
 # Words that show a category in a cited line, beside the rules themselves: the LLM may cite a line no rule
-# matched (that is why it is asked), but a line that never mentions memory does not show an OOM.
+# matched (that is why it is asked), but a line that never mentions memory does not show an OOM. A line must show
+# the failure, not only name the subsystem: "NCCL INFO Channel 00 ..." names NCCL and shows no NCCL error, and a
+# healthy log is full of such lines (the LLM once called three healthy NCCL logs nccl_error from them).
+_FAILED = r"\b(?:error|errors|fail(?:ed|ure|s)?|refused|reset|closed|abort(?:ed)?|unreachable|no route|timed out)\b"
 SUPPORT: dict[Category, re.Pattern[str]] = {
     Category.GPU_OOM: re.compile(r"(?i)out of memory|\bOOM\b|OutOfMemory|cudaErrorMemoryAllocation|alloc(?:ate)? fail"),
     Category.HOST_OOM: re.compile(r"(?i)out of memory|\bOOM\b|oom[-_ ]?kill|SIGKILL|signal 9|"
-                                  r"exit(?:ed)? (?:code|status) -?(?:137|9)\b|\bKilled\b|memory (?:usage|pressure)|"
-                                  r"low on memory"),
-    Category.NCCL_HANG: re.compile(r"(?i)timeout|timed out|watchdog|hang|stuck|no progress|stall"),
-    Category.NCCL_ERROR: re.compile(r"(?i)\bNCCL\b|\bNET/|ibv_|mlx5|connection (?:reset|refused|closed)|socket"),
-    Category.NODE_LOST: re.compile(r"(?i)node|raylet|heartbeat|marked dead|preempt"),
+                                  r"exit(?:ed)? (?:code|status) -?(?:137|9)\b|\bKilled\b(?! 0\b)|"
+                                  r"memory (?:usage|pressure)|low on memory"),
+    Category.NCCL_HANG: re.compile(r"(?i)timed out|\btimeout\b(?!\s{0,3}[=:]\s{0,3}\d)|watchdog|\bhang(?:s|ing)?\b|"
+                                   r"\bhung\b|\bstuck\b|no progress|\bstall(?:s|ed)?\b"),
+    Category.NCCL_ERROR: re.compile(r"(?i)^(?![^\n]*\bINFO\b)(?=[^\n]*(?:\bNCCL\b|\bNET/|ibv_|mlx5|\bgloo\b|\bc10d\b|"
+                                    r"socket|connection))[^\n]*" + _FAILED),
+    Category.NODE_LOST: re.compile(r"(?i)marked (?:as )?dead|pre-?empt|\b(?:node|raylet|host|instance|worker|machine|"
+                                   r"gcs)\b[^\n]{0,160}\b(?:dead|died|lost|down|unreachable|terminated|failed|"
+                                   r"failure|timed out|disconnected|not responding)\b|heartbeats?\b[^\n]{0,80}"
+                                   r"\b(?:missed|lost|failed|timed out)\b"),
     Category.GPU_HARDWARE: re.compile(r"(?i)\bXid\b|\bECC\b|fallen off the bus|uncorrectable|row remap|NVLink|"
                                       r"device handle|GPU has fallen|PCIe"),
     Category.DISK_FULL: re.compile(r"(?i)no space|disk (?:quota|full)|ENOSPC|errno 28|/dev/shm|quota exceeded"),

@@ -91,3 +91,22 @@ def test_an_offline_report_of_a_quiet_failure_names_what_the_log_shows() -> None
     report = report_logs(RcaEngine(RULES, Redactor), "quiet", [LogSource("driver.log", QUIET_FAILURE)])
     assert report.category is Category.UNKNOWN and report.data["llm"] is None
     assert "rewards.Mismatch" in report.markdown  # the salient lines are the report's evidence too
+
+
+def test_a_cited_line_must_show_the_failure_not_only_name_the_subsystem() -> None:
+    """Measured: the small LLM called three healthy NCCL logs nccl_error, citing NCCL INFO and harmless WARN lines;
+    a line that names NCCL (or a node, or a timeout setting) shows no failure of it."""
+    from rca.classify import classify
+    from rca.verdict import decide
+
+    nothing = classify([])
+    healthy = ["ip-172-31-13-103:9740:9740 [2] NCCL INFO NET/Plugin: Failed to find ncclCollNetPlugin_v3 symbol.",
+               "full-debug2-test-1:4024:4055 [0] net_fastsocket.cc:674 NCCL WARN Maximum retry reached for connect 3.",
+               "gpu1:1050:1315 [0] NCCL INFO Channel 10/0 : 0[90000] -> 1[1000] [send] via NET/Socket/2"]
+    assert not decide(nothing, "nccl_error", 0.9, healthy, RULES).accepted
+    assert not decide(nothing, "nccl_hang", 0.9, ["trainer.timeout=1800 nccl_timeout: 600"], RULES).accepted
+    assert not decide(nothing, "node_lost", 0.9, ["node_rank=0 nnodes=2 master_addr=10.0.0.1"], RULES).accepted
+    failing = "gpu1:1050:1316 [0] NCCL WARN Net : Connect to 10.0.0.2<43215> failed : No route to host"
+    assert decide(nothing, "nccl_error", 0.9, [*healthy, failing], RULES).accepted
+    assert decide(nothing, "node_lost", 0.9, ["worker node 10.0.0.9 went down at step 12; node is dead"],
+                  RULES).accepted
