@@ -98,7 +98,8 @@ def report_predictor(writer, run: Run, *, every_case: bool = False):  # type: ig
         if llm:
             run.llm.append({"case": case.name, "expected": case.category.value, "ok": llm.get("ok"),
                             "category": llm.get("category"), "accepted": llm.get("accepted"),
-                            "rules": run.rules_only[case.name].value, "note": llm.get("note")})
+                            "rules": run.rules_only[case.name].value, "note": llm.get("note"),
+                            "seconds": llm.get("seconds")})
         why = report.data.get("rule") or "-"
         if llm:
             why += f" / llm {llm.get('category') or 'failed'}: {'kept' if llm.get('accepted') else 'not used'}"
@@ -146,8 +147,9 @@ def unknown_share(scores: Scores) -> float | None:
     return sum(r.predicted is Category.UNKNOWN for r in failures) / len(failures)
 
 
-def llm_summary(run: Run) -> dict[str, int]:
+def llm_summary(run: Run) -> dict[str, float]:
     answered = [a for a in run.llm if a["ok"]]
+    seconds = sorted(a["seconds"] for a in run.llm if a.get("seconds") is not None)
     kept = [a for a in answered if a["accepted"]]
     changed = [a for a in kept if a["category"] != a["rules"]]  # kept, and not merely agreeing with the rules
     return {
@@ -158,6 +160,8 @@ def llm_summary(run: Run) -> dict[str, int]:
         "changed_and_right": sum(a["category"] == a["expected"] for a in changed),
         "rejected": len(answered) - len(kept),
         "rejected_yet_right": sum(a["category"] == a["expected"] for a in answered if not a["accepted"]),
+        "llm_seconds_median": seconds[len(seconds) // 2] if seconds else 0.0,
+        "llm_seconds_max": seconds[-1] if seconds else 0.0,
     }
 
 
@@ -237,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{t['own_category_right']}; "
                       f"kept {t['kept']} ({t['kept_and_right']} right; {t['changed_the_category']} changed the "
                       f"category, {t['changed_and_right']} of them rightly), rejected {t['rejected']} "
-                      f"({t['rejected_yet_right']} of them right)")
+                      f"({t['rejected_yet_right']} of them right); seconds per LLM answer: median "
+                      f"{t['llm_seconds_median']}, max {t['llm_seconds_max']}")
     if len(results) > 1:
         out.print("  ".join(f"{r['fold']}: {r['scores'].accuracy:.1%} of {len(r['scores'].results)}" for r in results))
     return 0
