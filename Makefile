@@ -14,14 +14,13 @@ demo: setup
 # The LLM tests run against the real local model: `llm` is cached, so after the first build it costs nothing,
 # and ARGUS_REQUIRE_LLM=1 turns a missing model into a failure instead of a skip (ARGUS_REQUIRE_BROWSER=1 does the
 # same for the web page's browser test, whose chromium comes with the system packages).
+# The markers of every test that starts a real process (Ray, Prometheus, sshd, PostgreSQL, the LLM, chromium).
+REAL_STACK := ray or llm or browser or prometheus or sshd or postgres
+
 # scripts/run-tests.sh runs the real-stack tests and, beside them, the others (two pytest processes): the same tests
 # as one `pytest`, minutes sooner on a 2-core machine.
 test: setup llm typecheck
-	ARGUS_REQUIRE_LLM=1 ARGUS_REQUIRE_BROWSER=1 PY=$(PY) bash scripts/run-tests.sh $(PYTEST_ARGS)
-
-# The markers of every test that starts a real process (Ray, Prometheus, sshd, PostgreSQL, the LLM, chromium);
-# scripts/run-tests.sh names the same.
-REAL_STACK := ray or llm or browser or prometheus or sshd or postgres
+	ARGUS_REQUIRE_LLM=1 ARGUS_REQUIRE_BROWSER=1 PY=$(PY) REAL_STACK="$(REAL_STACK)" bash scripts/run-tests.sh $(PYTEST_ARGS)
 
 test-unit: setup
 	$(PY) -m pytest -m "not ($(REAL_STACK))" $(PYTEST_ARGS)

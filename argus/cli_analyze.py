@@ -144,23 +144,21 @@ def _read(path: str) -> LogSource:
         from rca.analyze import iter_lines
 
         return LogSource(name="stdin", lines=list(iter_lines(sys.stdin.buffer)))
-    source = read_tail(Path(path), name=path)
-    if "(unreadable:" in source.name:
-        raise OSError(source.name.split("(unreadable: ", 1)[1].rstrip(")"))
-    return source
+    with open(path, "rb"):  # read_tail turns an unreadable file into an empty log; here it is the user's error
+        pass
+    return read_tail(Path(path), name=path)
 
 
 def _llm_writer(err: Console, settings: Settings, url: str | None, model: str | None) -> LlmWriter:
-    from rca.llm import LlmWriter
+    from argus.wiring import build_llm
 
-    base = url or settings.llm_base_url
-    if not base:
+    updates = {key: value for key, value in (("llm_base_url", url), ("llm_model", model)) if value}
+    writer = build_llm(settings.model_copy(update=updates))
+    if writer is None:
         _error(err, "no LLM to ask: --llm needs a server", "pass --llm-url http://HOST:PORT/v1 or set "
                "ARGUS_LLM_BASE_URL (any OpenAI-compatible server: vLLM, llama-server, Ollama)")
         raise typer.Exit(EXIT_INPUT_FAILED)
-    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
-    return LlmWriter(base, model or settings.llm_model, api_key=key, timeout_s=settings.llm_timeout_s,
-                     max_retries=settings.llm_max_retries, method=settings.llm_method)
+    return writer
 
 
 def _error(err: Console, message: str, hint: str | None) -> None:

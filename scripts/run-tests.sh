@@ -8,12 +8,14 @@
 # (pytest-xdist's --dist loadgroup would do this from one process, but with pytest 9 it no longer groups: it sets a
 # node id attribute pytest 9 does not read, so both workers would start a stack.)
 #
-# Usage: scripts/run-tests.sh [pytest args...]   (PY: the interpreter, default .venv/bin/python)
+# Usage: REAL_STACK='ray or ...' scripts/run-tests.sh [pytest args...]   (PY: the interpreter, default
+# .venv/bin/python); `make test` sets both.
 # The real-stack run prints as it goes; the other run's output follows it. Exit status: the first failure's, or 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-REAL_STACK="ray or llm or browser or prometheus or sshd or postgres"  # the Makefile's REAL_STACK, same markers
+# The markers of the real-stack tests: the Makefile's REAL_STACK, which `make test` passes.
+REAL_STACK=${REAL_STACK:?set REAL_STACK to the markers of the real-stack tests, as make test does}
 base=${TMPDIR:-/tmp}/argus-pytest-$$
 mkdir -p "$base"
 unit_log="$base/unit.log"
