@@ -47,6 +47,16 @@ SHAPES = [
      "user_error"),
     ("(TaskRunner pid=4242) pydantic_core._pydantic_core.ValidationError: 1 validation error for SamplingParams",
      "user_error"),
+    # KV cache with no room left, as serving engines print it when the weights took the GPU
+    ("(EngineCore_0 pid=5839) INFO 08-20 18:04:22 [gpu_worker.py:276] Available KV cache memory: -2.14 GiB",
+     "gpu_oom"),
+    # CUDA's own text for error code 2, printed bare by a CUDA program
+    ("ERROR: out of memory in /opt/app/src/acc/projector_impl.h at line 74 (error-code 2)", "gpu_oom"),
+    ("java.lang.OutOfMemoryError: Java heap space", "host_oom"),
+    # a shell's "Killed" right after a progress bar's last output, with no newline between them
+    ("13117/51576 [======>.......] - ETA: 10:02:38 - loss: 5.7555Killed", "host_oom"),
+    ("   JobState=PENDING Reason=BadConstraints FailedNode=gpu-dy-4 Dependency=(null)", "node_lost"),
+    ("Exception: reward function returned None for sample 12", "user_error"),
 ]
 
 
@@ -72,12 +82,24 @@ HEALTHY = [
     "UserWarning: torch.cuda.amp.GradScaler is deprecated",
     "INFO checkpoint saved to /ckpt/global_step_100 (12.3 GiB), 2.1 TiB free",
     "Killed 0 workers",
+    "host-1:14926:14926 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
+    "   JobState=RUNNING Reason=None FailedNode=(null) Dependency=(null)",
+    "INFO max_num_seqs reduced so the KV cache fits: 12.5 GiB free",
 ]
 
 
 @pytest.mark.parametrize("line", HEALTHY)
 def test_healthy_lines_with_alarming_words_are_no_failure(line: str) -> None:
     assert [r.reason for r in RULES.match(line) if r.generic and r.permanent] == []
+
+
+@pytest.mark.parametrize("line", [
+    "[ 5121.33] Out of memory: Killed process 4242 (python) total-vm:81234kB",
+    "RuntimeError: failed to map segment from shared object: Cannot allocate memory",
+    "ERROR host out of memory while loading the dataset",
+])
+def test_a_bare_out_of_memory_error_is_not_read_as_the_gpus_where_the_line_names_the_host(line: str) -> None:
+    assert "GenericOutOfMemoryError" not in [r.reason for r in RULES.match(line)]
 
 
 def test_a_signature_anywhere_in_the_log_decides_over_every_generic_reading() -> None:
@@ -133,3 +155,12 @@ def test_a_rule_files_tier_is_checked(tmp_path: Path) -> None:
     with pytest.raises(RuleError, match="unknown tier 'vague'") as info:
         RuleSet.load([path])
     assert "signature, generic" in str(info.value.hint)
+
+
+def test_a_traceback_without_its_exception_line_is_read_only_where_nothing_else_is() -> None:
+    cut = verdict("step 10 loss=1.2", "Traceback (most recent call last):", '  File "train.py", line 9, in <module>')
+    assert cut["category"] == "user_error", cut
+    # any other reading, even a warning's, explains more than the traceback's first line
+    saved = verdict("Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
+                    "RuntimeError: File ckpt/checkpoint_0.pt cannot be opened.")
+    assert saved["category"] == "disk_full", saved
