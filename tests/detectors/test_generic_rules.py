@@ -56,6 +56,8 @@ SHAPES = [
     # a shell's "Killed" right after a progress bar's last output, with no newline between them
     ("13117/51576 [======>.......] - ETA: 10:02:38 - loss: 5.7555Killed", "host_oom"),
     ("   JobState=PENDING Reason=BadConstraints FailedNode=gpu-dy-4 Dependency=(null)", "node_lost"),
+    # a cloud takes a spot VM back by pressing its (ACPI) power key; systemd says so
+    ("Jan 30 10:33:08Z gpu-worker-4-1 systemd-logind Power key pressed.", "node_lost"),
     ("Exception: reward function returned None for sample 12", "user_error"),
 ]
 
