@@ -58,6 +58,10 @@ SHAPES = [
     ("   JobState=PENDING Reason=BadConstraints FailedNode=gpu-dy-4 Dependency=(null)", "node_lost"),
     # a cloud takes a spot VM back by pressing its (ACPI) power key; systemd says so
     ("Jan 30 10:33:08Z gpu-worker-4-1 systemd-logind Power key pressed.", "node_lost"),
+    ("Connection to 10.0.3.7 closed by remote host.", "node_lost"),
+    ("Warning  NodeNotReady  pod/trainer-worker-2  Node is not ready", "node_lost"),
+    ("state: PREEMPTED", "node_lost"),
+    ("An ORTE daemon has unexpectedly failed after launch and before communicating back to mpirun.", "node_lost"),
     ("Exception: reward function returned None for sample 12", "user_error"),
 ]
 
