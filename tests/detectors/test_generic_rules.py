@@ -40,6 +40,9 @@ SHAPES = [
     ("deepspeed barrier timed out after 1800 seconds on rank 3", "nccl_hang"),
     ("kernel: NVRM: Xid (PCI:0000:3b:00): 109, pid=1234, Ch 00000010", "gpu_hardware"),
     ("nvidia-smi has failed because it couldn't communicate with the NVIDIA driver", "gpu_hardware"),
+    ("pynvml.nvml.NVMLError_GpuIsLost: GPU is lost", "gpu_hardware"),
+    ("dcgm health: Detected XID 79 error on GPU 3", "gpu_hardware"),
+    ("nvidia-nvswitch2: SXid (PCI:0000:86:00.0): 12028, Non-fatal, Link 44 egress non-posted PRIV error", "gpu_hardware"),
     ("IOError: write to /ckpt/model-00003-of-00004.safetensors: storage is full", "disk_full"),
     ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
      "disk_full"),
@@ -90,6 +93,7 @@ HEALTHY = [
     "Killed 0 workers",
     "host-1:14926:14926 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
     "   JobState=RUNNING Reason=None FailedNode=(null) Dependency=(null)",
+    "    Remapping Failure Occurred        : No",
     "INFO max_num_seqs reduced so the KV cache fits: 12.5 GiB free",
 ]
 
