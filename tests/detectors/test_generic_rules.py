@@ -55,6 +55,9 @@ SHAPES = [
      "gpu_oom"),
     # CUDA's own text for error code 2, printed bare by a CUDA program
     ("ERROR: out of memory in /opt/app/src/acc/projector_impl.h at line 74 (error-code 2)", "gpu_oom"),
+    ("W tensorflow/core/common_runtime/bfc_allocator.cc:267] Allocator (GPU_0_bfc) ran out of memory trying to "
+     "allocate 2.00GiB.", "gpu_oom"),
+    ("RuntimeError: MPS backend out of memory (MPS allocated: 17.00 GB, other allocations: 1.2 GB)", "gpu_oom"),
     ("java.lang.OutOfMemoryError: Java heap space", "host_oom"),
     # a shell's "Killed" right after a progress bar's last output, with no newline between them
     ("13117/51576 [======>.......] - ETA: 10:02:38 - loss: 5.7555Killed", "host_oom"),
