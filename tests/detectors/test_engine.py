@@ -519,6 +519,12 @@ def test_every_fault_class_matches_its_real_phrasings(line: str, reason: str) ->
     assert reason in [r.reason for r in builtin_rules().match(line)]
 
 
+def test_the_inotify_limit_is_no_full_disk() -> None:
+    # Node.js says ENOSPC for "too many file watchers" too; the disk has room
+    line = "Error: ENOSPC: System limit for number of file watchers reached, watch '/app/src'"
+    assert [r.reason for r in builtin_rules().match(line) if r.category.value == "disk_full"] == []
+
+
 # Lines that look close to a fault but are not that fault.
 NOT_THIS = [
     (
