@@ -41,6 +41,8 @@ SHAPES = [
     ("kernel: NVRM: Xid (PCI:0000:3b:00): 109, pid=1234, Ch 00000010", "gpu_hardware"),
     ("nvidia-smi has failed because it couldn't communicate with the NVIDIA driver", "gpu_hardware"),
     ("pynvml.nvml.NVMLError_GpuIsLost: GPU is lost", "gpu_hardware"),
+    ("E0511 tpunetd_client.cc:311] Detected failure SLICE_FAILURE_CHIP_DRIVER_ERROR in session e6c8; Start failure "
+     "handling", "gpu_hardware"),
     ("dcgm health: Detected XID 79 error on GPU 3", "gpu_hardware"),
     ("nvidia-nvswitch2: SXid (PCI:0000:86:00.0): 12028, Non-fatal, Link 44 egress non-posted PRIV error", "gpu_hardware"),
     ("IOError: write to /ckpt/model-00003-of-00004.safetensors: storage is full", "disk_full"),
