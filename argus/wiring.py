@@ -29,6 +29,7 @@ from argus.notify.webhook import WebhookNotifier
 from argus.pipeline import Pipeline, TickResult
 from argus.reports import ReportService
 from collectors.dcgm import DcgmScrapeCollector
+from collectors.kernel_log import KernelLogCollector, pick_source, primary_ip
 from collectors.logs import JobLogsCollector
 from collectors.metric_rules import MetricRuleCollector
 from collectors.nvml import NvmlCollector
@@ -96,6 +97,17 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: A
         collectors.append(DcgmScrapeCollector(settings.dcgm_targets, timeout_s=settings.request_timeout_s))
     elif settings.nvml:  # Argus on a GPU host without dcgm-exporter
         collectors.append(NvmlCollector(hostname=settings.nvml_hostname))
+    if settings.kernel_log != "off":
+        kernel_offsets = OffsetStore(offsets / "kernel_log.json")
+        choice = pick_source(settings.kernel_log, kernel_offsets, history_window_s=settings.history_window_s)
+        if choice.source is None:
+            logger.warning("kernel_log={}: no kernel log this process may read ({}); set kernel_log to a file's path "
+                           "or run Argus where /dev/kmsg or journalctl -k is readable", settings.kernel_log,
+                           "; ".join(choice.tried))
+        else:
+            node_ip = settings.kernel_log_node_ip or primary_ip()
+            logger.info("reading this host's kernel log from {} (node {})", choice.source.name, node_ip)
+            collectors.append(KernelLogCollector(choice.source, kernel_offsets, node_id=node_ip, node_ip=node_ip))
     return collectors
 
 

@@ -68,6 +68,14 @@ class Settings(BaseSettings):
     )
     nvml: bool = Field(default=False, description="read this host's GPUs through NVML when no exporter is set")
     nvml_hostname: str | None = Field(default=None, description="Hostname label for NVML series (the Ray node)")
+    kernel_log: str = Field(
+        default="off",
+        description="this host's kernel log (Xid, NVRM, AER, InfiniBand, OOM killer): 'off', 'auto' (/dev/kmsg, "
+        "journalctl -k, kern.log) or a file's path",
+    )
+    kernel_log_node_ip: str | None = Field(
+        default=None, description="the Ray node IP this host's kernel log is about; default: its own primary IP"
+    )
     rules_dirs: list[Path] = Field(default_factory=list, description="extra log-rule folders beside the built-in")
     metric_rules_dirs: list[Path] = Field(
         default_factory=list, description="extra metric-rule folders beside the built-in"

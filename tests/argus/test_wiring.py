@@ -44,6 +44,16 @@ def test_direct_dcgm_scrape_or_nvml_without_prometheus(tmp_path):
     store.close()
 
 
+def test_the_hosts_kernel_log_is_read_only_when_asked(tmp_path):
+    store = Store(load_settings(data_dir=tmp_path).effective_database_url)
+    assert "kernel_log" not in names(build_pipeline(load_settings(data_dir=tmp_path), IncidentDesk(store)))[0]
+    settings = load_settings(data_dir=tmp_path, kernel_log=str(tmp_path / "kern.log"), kernel_log_node_ip="10.0.0.7")
+    pipeline = build_pipeline(settings, IncidentDesk(store))
+    store.close()
+    kernel = [c for c in pipeline.collectors if c.name == "kernel_log"]
+    assert len(kernel) == 1 and kernel[0].node_ip == "10.0.0.7"
+
+
 def test_detectors_whose_recoveries_need_a_source_skip_ticks_without_it(tmp_path):
     """A rule Prometheus could not evaluate has not stopped holding; a job status Ray did not report is not a job
     running again: those detectors skip the tick (argus.pipeline), so neither can close an incident."""
