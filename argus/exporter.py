@@ -95,6 +95,10 @@ class ArgusMetrics:
         self.incidents_open = Gauge(
             "argus_incidents_open", "Incidents open or being mitigated", ("category",), registry=self.registry
         )
+        self.agent_up = Gauge(
+            "argus_agent_up", "Whether a node's Argus agent was heard from lately (1) or the central poller reads the "
+            "node instead (0)", ("node",), registry=self.registry,
+        )
         self.collector_up = Gauge(
             "argus_collector_up", "Whether a collector reached its source on its last poll (1) or not (0)",
             ("collector",), registry=self.registry,
@@ -172,6 +176,9 @@ class ArgusMetrics:
         by_value = {Category(k).value: int(v) for k, v in counts.items()}
         for category in Category:
             self.incidents_open.labels(category.value).set(by_value.get(category.value, 0))
+
+    def set_agent_up(self, node: str, up: bool) -> None:
+        self.agent_up.labels(node=node).set(1 if up else 0)
 
     def set_collector_up(self, collector: str, up: bool | None) -> None:
         """None (not polled yet) removes the series rather than claiming up or down."""

@@ -56,6 +56,7 @@ class ArgusService:
             build_control,
             build_dispatcher,
             build_incidents,
+            build_node_agents,
             build_pipeline,
             build_remediator,
             build_reports,
@@ -76,15 +77,19 @@ class ArgusService:
         self.incidents = incidents = build_incidents(
             settings, store, events=events, public_url=public, metrics=metrics, reports=reports,
             remediator=remediator, dispatcher=dispatcher, links=links)
+        chores = {"job timeouts": (control.jobs.enforce_timeouts, settings.job_timeout_check_s),
+                  "remediation": (remediator.run_pending, settings.remediation_interval_s)}
+        inbox = None
+        if settings.node_agents:  # an agent on every node sends what it reads; the poller covers nodes without one
+            inbox, fleet = build_node_agents(settings, store, control, metrics)
+            chores["node agents"] = (fleet.ensure, 30.0)
         # the detectors' state lives in the store: a restart neither forgets a hang nor restarts an idle window
-        pipeline = build_pipeline(settings, incidents, metrics=metrics, memory=store.detector_state)
-        self.daemon = Daemon(pipeline, interval_s=settings.poll_interval_s,
-                             chores={"job timeouts": (control.jobs.enforce_timeouts, settings.job_timeout_check_s),
-                                     "remediation": (remediator.run_pending, settings.remediation_interval_s)})
+        pipeline = build_pipeline(settings, incidents, metrics=metrics, memory=store.detector_state, agents=inbox)
+        self.daemon = Daemon(pipeline, interval_s=settings.poll_interval_s, chores=chores)
         # The web page's sessions are signed with a secret kept in the data dir: they survive a restart.
         app = create_app(store=store, incidents=incidents, health_provider=pipeline.health, metrics=metrics,
                          control=control, remediator=remediator, approval_links=links,
-                         web=WebUi(Sessions(secret_in(settings.data_dir))))
+                         web=WebUi(Sessions(secret_in(settings.data_dir))), node_agents=inbox)
         self.app = app
         self.daemon.start()
         return app

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from argus.agents.fleet import FleetSupervisor, agent_token
+from argus.agents.inbox import AgentInbox
 from argus.approval_links import ApprovalLinks, load_secret
 from argus.control_plane import ControlPlane
 from argus.exporter import ArgusMetrics
@@ -37,7 +39,7 @@ from collectors.offsets import OffsetStore
 from collectors.placement import GpuPlacementCollector, PrometheusGpuCollector
 from collectors.prometheus import PrometheusClient, PrometheusTargetsCollector
 from collectors.rank_stacks import RankStackSampler
-from collectors.ray_logs import RayLogsCollector
+from collectors.ray_logs import AgentFeed, RayLogsCollector
 from collectors.ray_state import RayStateCollector
 from collectors.storage import SharedStorageCollector
 from control.jobs import JobController
@@ -69,7 +71,8 @@ if TYPE_CHECKING:
     from rca.llm import LlmWriter
 
 
-def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: ArgusMetrics) -> list[Collector]:
+def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: ArgusMetrics,
+                     agents: AgentFeed | None = None) -> list[Collector]:
     offsets = settings.data_dir / "offsets"
     collectors: list[Collector] = [
         RayStateCollector(settings.ray_dashboard_url, timeout_s=settings.request_timeout_s),
@@ -78,7 +81,7 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: A
         ),
         RayLogsCollector(
             settings.ray_dashboard_url, OffsetStore(offsets / "ray_logs.json"), timeout_s=settings.request_timeout_s,
-            history_window_s=settings.history_window_s,
+            history_window_s=settings.history_window_s, agents=agents,
         ),
     ]
     jobs_dir = JobFolders(settings.shared_root).jobs_dir
@@ -257,11 +260,13 @@ def build_remediator(settings: Settings, store: Any, control: ControlPlane, *,
 
 def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: ArgusMetrics | None = None,
                    collectors: list[Collector] | None = None, detectors: list[Detector] | None = None,
-                   stall: StallDetector | None = None, memory: DetectorMemory | None = None) -> Pipeline:
+                   stall: StallDetector | None = None, memory: DetectorMemory | None = None,
+                   agents: AgentFeed | None = None) -> Pipeline:
     """The loop, filing what it finds through `incidents`. `metrics` (also mounted at /metrics by the API) is kept
     up to date after every tick, with each job's progress from `stall` (the stall detector among `detectors`).
     `collectors` / `detectors` / `stall`: instead of the ones settings describe. `memory`: where the detectors
-    built here keep their state across restarts (`argus serve` passes the store's `detector_state`)."""
+    built here keep their state across restarts (`argus serve` passes the store's `detector_state`). `agents`: what
+    node agents sent (argus/agents), read by the Ray log collector."""
     metric_rules = load_metric_rules(settings.metric_rules_dirs)
     metrics = metrics or ArgusMetrics()
     stall = stall or build_stall_detector(settings, memory)
@@ -273,7 +278,7 @@ def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: Argu
         metrics.refresh_incidents(incidents.store)  # also catches what changed without an event (merged echoes)
 
     if collectors is None:
-        collectors = build_collectors(settings, metric_rules, metrics)
+        collectors = build_collectors(settings, metric_rules, metrics, agents)
         if settings.hang_stacks:  # what confirms a suspected hang at once, or holds the call back during silent work
             collectors.append(RankStackSampler(settings.ray_dashboard_url, stall.stack_requests,
                                                timeout_s=settings.request_timeout_s))
@@ -288,6 +293,17 @@ def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: Argu
         on_tick=after_tick,
     )
     return pipeline
+
+
+def build_node_agents(settings: Settings, store: Store, control: ControlPlane,
+                      metrics: ArgusMetrics) -> tuple[AgentInbox, FleetSupervisor]:
+    """The inbox node agents send to and the supervisor that keeps their fleet job running (argus/agents)."""
+    inbox = AgentInbox(stale_after_s=max(30.0, 10 * settings.node_agent_interval_s))
+    url = settings.node_agent_url or f"http://{primary_ip()}:{settings.api_port}"
+    fleet = FleetSupervisor(lambda: control.jobs.client, central_url=url, token=agent_token(store, settings.data_dir),
+                            inbox=inbox, metrics=metrics, interval_s=settings.node_agent_interval_s,
+                            kernel_log=settings.node_agent_kernel_log, history_window_s=settings.history_window_s)
+    return inbox, fleet
 
 
 def build_control(settings: Settings, store: Store) -> ControlPlane:

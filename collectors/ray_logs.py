@@ -51,7 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import httpx
@@ -71,6 +71,36 @@ NO_JOB = "ffffffff"  # the job id in the names of workers started before any job
 _WORKER = re.compile(r"^worker-[0-9a-f]+-([0-9a-f]{8})-\d+\.(?:out|err)$")
 _DRIVER = re.compile(r"^job-driver-(.+)\.log$")
 _STREAMS = {"raylet.out": "raylet", "raylet.err": "raylet", "gcs_server.out": "gcs", "gcs_server.err": "gcs"}
+
+
+KERNEL_FILE = "kernel"  # the file name a node agent's kernel log lines travel under
+
+
+@dataclass(frozen=True)
+class AgentLineRecord:
+    """One line a node agent read on its node (argus/agents): the file's name, its line number there, the text."""
+
+    file: str
+    line: int
+    text: str
+    truncated: bool = False
+    line_time: str | None = None  # set on a backlog line the agent dated
+    history: bool = False
+
+
+@dataclass(frozen=True)
+class AgentBatch:
+    node_id: str
+    node_ip: str
+    lines: list[AgentLineRecord]
+
+
+class AgentFeed(Protocol):
+    """What node agents sent since the last poll, and which nodes they cover (argus.agents.inbox.AgentInbox)."""
+
+    def take(self) -> list[AgentBatch]: ...
+
+    def covered(self) -> set[str]: ...
 
 
 def stream_of(filename: str) -> str | None:
@@ -136,10 +166,12 @@ class RayLogsCollector:
         log_zone: tzinfo | None = None,
         clock: Callable[[], datetime] = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
+        agents: AgentFeed | None = None,
     ) -> None:
         """`history_window_s`: a backlog line written longer ago than this is history (Settings.history_window_s);
         `log_zone`: the zone of log stamps that name none, by default this host's; `rejoin_memory_s`: how long a
-        dropped node's offsets wait for a node at its IP (see the module docstring)."""
+        dropped node's offsets wait for a node at its IP (see the module docstring); `agents`: what node agents
+        sent (their nodes' files are then left to them, see argus/agents)."""
         self.dashboard_url = dashboard_url.rstrip("/")
         self.offsets = offsets
         self.timeout_s = timeout_s
@@ -149,6 +181,7 @@ class RayLogsCollector:
         self.list_interval_s = list_interval_s
         self.idle_backoff_max_s = idle_backoff_max_s
         self.rejoin_memory_s = rejoin_memory_s
+        self.agents = agents
         self._clock = clock
         self._now = monotonic
         self.history = HistoryMarker(history_window_s, clock=clock, tz=log_zone)
@@ -172,20 +205,44 @@ class RayLogsCollector:
         now = self._now()
         self._refresh_nodes()
         self._refresh_jobs()
-        listing = [n for n in self._nodes.values() if n.agent_port and now - n.listed_at >= self.list_interval_s]
+        covered = self.agents.covered() if self.agents is not None else set()
+        listing = [n for n in self._nodes.values()
+                   if n.agent_port and now - n.listed_at >= self.list_interval_s and n.node_id not in covered]
         for node, names in zip(listing, self._pool.map(self._list_files, listing), strict=True):
             if names is not None:
                 node.listed_at = now
                 for name in names:
                     self._track(node.node_id, name)
-        due = sorted((f for f in self._files.values() if f.next_due <= now),
+        due = sorted((f for f in self._files.values() if f.next_due <= now and f.node_id not in covered),
                      key=lambda f: (f.name not in self._live_drivers, f.next_due))  # live drivers first
         due = due[: self.max_reads_per_poll]
         stamp = self._clock()
         signals: list[Signal] = []
         for result in self._pool.map(self._read, due):
             signals += self._settle(result, now, stamp)
+        if self.agents is not None:
+            signals += self.from_agents(self.agents.take(), stamp)
         self.offsets.save()
+        return signals
+
+    def from_agents(self, batches: list[AgentBatch], stamp: datetime) -> list[Signal]:
+        """The lines node agents read on their nodes, as the signals this collector makes from the same files."""
+        signals: list[Signal] = []
+        for batch in batches:
+            for line in batch.lines:
+                stream = "kernel" if line.file == KERNEL_FILE else stream_of(line.file)
+                if stream is None:
+                    continue
+                file = _File(batch.node_id, line.file, stream)
+                attrs: dict[str, Any] = {keys.STREAM: stream, keys.NODE_ID: batch.node_id, keys.NODE_IP: batch.node_ip,
+                                         keys.FILE: line.file, keys.TRUNCATED: line.truncated}
+                if line.line_time:
+                    attrs[keys.LINE_TIME] = line.line_time
+                    attrs[keys.HISTORY] = line.history
+                source = f"kernel://{batch.node_ip}" if stream == "kernel" else f"ray://{batch.node_ip}/{line.file}"
+                signals.append(Signal(kind=SignalKind.LOG_LINE, source=source,
+                                      subject=self._subject(file, batch.node_ip), observed_at=stamp,
+                                      text=line.text[:MAX_LINE_CHARS], line=line.line, attrs=attrs))
         return signals
 
     def _get(self, url: str, **kwargs: Any) -> httpx.Response:

@@ -73,6 +73,18 @@ class Settings(BaseSettings):
         description="this host's kernel log (Xid, NVRM, AER, InfiniBand, OOM killer): 'off', 'auto' (/dev/kmsg, "
         "journalctl -k, kern.log) or a file's path",
     )
+    node_agents: bool = Field(
+        default=False,
+        description="run an Argus agent on every Ray node (a Ray job of detached actors; argus/agents): nodes' logs "
+        "and kernel logs are read where they are written and only what matters is sent here",
+    )
+    node_agent_url: str | None = Field(
+        default=None, description="this Argus's URL as the nodes reach it; default: http://<primary IP>:<api_port>"
+    )
+    node_agent_interval_s: float = Field(default=1.0, gt=0, le=60, description="how often each agent reads and sends")
+    node_agent_kernel_log: str = Field(
+        default="auto", description="what each agent reads as its node's kernel log: 'auto', 'off' or a path"
+    )
     kernel_log_node_ip: str | None = Field(
         default=None, description="the Ray node IP this host's kernel log is about; default: its own primary IP"
     )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Depends, FastAPI
 
 from argus import __version__
-from argus.api import actions, alerts, errors, health, jobs, nodes, ops
+from argus.api import actions, agents, alerts, errors, health, jobs, nodes, ops
 from argus.api import incidents as incident_routes
 from argus.api.auth import install_audit, require
 from argus.api.limits import MAX_BODY_BYTES, BodyLimit
@@ -21,6 +21,7 @@ from argus.web import install as install_web
 from argus.web.ui import WebUi
 
 if TYPE_CHECKING:
+    from argus.agents.inbox import AgentInbox
     from argus.approval_links import ApprovalLinks
     from argus.store.store import Store
     from remediation.runner import Remediator
@@ -37,6 +38,7 @@ def create_app(
     approval_links: ApprovalLinks | None = None,
     web: WebUi | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
+    node_agents: AgentInbox | None = None,
 ) -> FastAPI:
     """The API. Without `control` the job, node and ops routes answer 503 (NotConfigured), as the remediation
     routes do without `remediator`. `incidents`: the desk that files and resolves incidents and tells its
@@ -52,6 +54,7 @@ def create_app(
     app.state.remediator = remediator
     app.state.incidents = incidents or IncidentDesk(store, correlator=Correlator(store))
     app.state.approval_links = approval_links
+    app.state.agents = node_agents
     errors.install(app)
     install_audit(app)
     # Health and /metrics are open (liveness probes, Prometheus scrapes; see argus/api/auth.py).
@@ -63,6 +66,7 @@ def create_app(
     app.include_router(ops.router)
     app.include_router(actions.router)
     app.include_router(alerts.router)
+    app.include_router(agents.router)  # node agents' batches (node_agent token) and their list (viewer)
     if metrics is not None:
         app.include_router(metrics_router(metrics))
     install_web(app, web)  # the web page under /ui (and GET / leading there), out of the OpenAPI schema

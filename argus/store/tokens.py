@@ -31,16 +31,19 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 class Role(str, Enum):
     VIEWER = "viewer"
     OPERATOR = "operator"
-    AGENT = "agent"
+    AGENT = "agent"  # the external ops agent
     ADMIN = "admin"
+    NODE_AGENT = "node_agent"  # Argus's own agents on the nodes (argus/agents): they send log lines, nothing else
 
 
-# The roles that satisfy a route asking for the key.
+# The roles that satisfy a route asking for the key. A node agent's token travels in its Ray job's environment, so
+# it may only send lines: it reads nothing and acts on nothing.
 _SATISFIES: dict[Role, frozenset[Role]] = {
-    Role.VIEWER: frozenset(Role),
+    Role.VIEWER: frozenset(Role) - {Role.NODE_AGENT},
     Role.OPERATOR: frozenset({Role.OPERATOR, Role.AGENT, Role.ADMIN}),
     Role.AGENT: frozenset({Role.AGENT, Role.ADMIN}),
     Role.ADMIN: frozenset({Role.ADMIN}),
+    Role.NODE_AGENT: frozenset({Role.NODE_AGENT, Role.ADMIN}),
 }
 
 

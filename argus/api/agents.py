@@ -1,0 +1,75 @@
+"""Node agents (argus/agents): batches of the lines they read on their nodes, and the fleet's view of them.
+
+`POST /v1/agents/batch` takes a node agent's batch (a `node_agent` token; nothing else may send, and that token may
+do nothing else) into the inbox the Ray log collector reads on its next poll. A full inbox answers 429 with
+Retry-After: the agent keeps the batch and sends it again, so nothing is lost and the central's memory stays
+bounded. `GET /v1/agents` lists the agents heard from (viewer).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from argus.agents.inbox import AgentInbox
+from argus.api.auth import require
+from argus.api.errors import error_body
+from argus.store.tokens import Role
+from collectors.ray_logs import AgentLineRecord
+from core.errors import NotConfigured
+from core.limits import MAX_LINE_CHARS
+
+router = APIRouter(prefix="/v1/agents", tags=["agents"])
+MAX_BATCH_LINES = 10_000
+NodeId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[0-9A-Za-z._:-]+$")]
+
+
+class Line(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    file: str = Field(min_length=1, max_length=255, pattern=r"^[^/\x00]+$", description="the log file's name")
+    line: int = Field(ge=0, le=2**53, description="the line's number in its file (a kernel record's sequence)")
+    text: str = Field(max_length=MAX_LINE_CHARS)
+    truncated: bool = False
+    line_time: str | None = Field(default=None, max_length=64)
+    history: bool = False
+
+
+class Batch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    node_id: NodeId
+    node_ip: str = Field(min_length=1, max_length=64, pattern=r"^[0-9A-Fa-f.:]+$")
+    agent: dict[Annotated[str, Field(max_length=64)], Any] = Field(default_factory=dict, max_length=64)
+    lines: list[Line] = Field(default_factory=list, max_length=MAX_BATCH_LINES)
+
+
+def inbox_of(request: Request) -> AgentInbox:
+    inbox: AgentInbox | None = request.app.state.agents
+    if inbox is None:
+        raise NotConfigured("this Argus takes no node agents", hint="set node_agents: true and restart argus serve")
+    return inbox
+
+
+@router.post("/batch", dependencies=[Depends(require(Role.NODE_AGENT))])
+def take_batch(request: Request, batch: Annotated[Batch, Body()]) -> Any:
+    inbox = inbox_of(request)
+    lines = [AgentLineRecord(file=x.file, line=x.line, text=x.text, truncated=x.truncated, line_time=x.line_time,
+                             history=x.history) for x in batch.lines]
+    stats = {k: v for k, v in batch.agent.items() if isinstance(v, (int, float, str, bool)) or v is None}
+    if not inbox.put(batch.node_id, batch.node_ip, lines, stats):
+        return JSONResponse(error_body("InboxFull", f"{inbox.waiting()} lines are waiting for the next poll",
+                                       "keep the batch and send it again after Retry-After"),
+                            status_code=429, headers={"Retry-After": "2"})
+    return {"accepted": len(lines)}
+
+
+@router.get("", dependencies=[Depends(require(Role.VIEWER))])
+def list_agents(request: Request) -> Any:
+    inbox = inbox_of(request)
+    covered = inbox.covered()
+    return [{"node_id": a.node_id, "node_ip": a.node_ip, "up": a.node_id in covered, "lines": a.lines,
+             "stats": a.stats} for a in inbox.agents()]
