@@ -78,11 +78,31 @@ def reconcile(ray: Any, agent_cls: Any, options: dict[str, Any]) -> dict[str, An
     return {"alive": len(alive), "healthy": healthy, "started": started, "restarted": restarted}
 
 
-def main() -> int:
-    """The fleet job's entrypoint; configuration comes in the environment (ENV)."""
+def stop_agents(ray: Any) -> list[str]:
+    """Kill every node agent of the cluster (their names free); the names of those killed."""
+    from ray.util import list_named_actors
+
+    killed = []
+    for entry in list_named_actors(all_namespaces=True):
+        if entry.get("namespace") == NAMESPACE and str(entry.get("name", "")).startswith(agent_name("")):
+            try:
+                ray.kill(ray.get_actor(entry["name"], namespace=NAMESPACE), no_restart=True)
+                killed.append(entry["name"])
+            except ValueError:
+                continue  # gone meanwhile
+    return killed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The fleet job's entrypoint (`stop` as the argument kills every agent); configuration comes in ENV."""
     import ray
 
     from argus.agents.node_agent import NodeAgent
+
+    if (argv if argv is not None else sys.argv[1:]) == ["stop"]:
+        ray.init(address="auto", namespace=NAMESPACE)
+        print(f"argus fleet: stopped {len(stop_agents(ray))} node agent(s)", flush=True)
+        return 0
 
     url, token = os.environ.get(ENV["url"]), os.environ.get(ENV["token"])
     if not url or not token:
@@ -165,6 +185,20 @@ class FleetSupervisor:
         self.submissions += 1
         logger.info("submitted the node agents' fleet job {}", self.submission_id)
         self._publish()
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Stop the fleet job and every agent it placed (a job of its own kills them: the central is no driver)."""
+        client = self._jobs()
+        if self.submission_id is not None:
+            client.stop_job(self.submission_id)
+        stopper = client.submit_job(entrypoint=f"{sys.executable} -m argus.agents.fleet stop",
+                                    metadata={"argus": "node-agents-stop"})
+        deadline = time.monotonic() + timeout_s
+        while str(client.get_job_status(stopper)).split(".")[-1] in ("PENDING", "RUNNING"):
+            if time.monotonic() > deadline:
+                logger.warning("stopping the node agents did not finish in {} s (job {})", timeout_s, stopper)
+                return
+            time.sleep(0.5)
 
     def _publish(self) -> None:
         if self.metrics is None:

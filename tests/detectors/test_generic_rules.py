@@ -69,6 +69,8 @@ SHAPES = [
     ("Connection to 10.0.3.7 closed by remote host.", "node_lost"),
     ("Warning  NodeNotReady  pod/trainer-worker-2  Node is not ready", "node_lost"),
     ("state: PREEMPTED", "node_lost"),
+    ("(autoscaler +44m27s) Instance k-6e0b (node IP: 10.1.39.138) will be terminated soon (reason: "
+     "kubernetes-pod-termination).", "node_lost"),
     ("An ORTE daemon has unexpectedly failed after launch and before communicating back to mpirun.", "node_lost"),
     ("Exception: reward function returned None for sample 12", "user_error"),
 ]
@@ -93,6 +95,7 @@ HEALTHY = [
     "epoch 3 eval_error_rate=0.02 val_loss=1.1",
     "node_rank=1 nnodes=2 master_addr=10.0.0.1",
     "Autoscaler: removing 2 idle nodes (idle for 600 s)",
+    "(autoscaler +9m) Instance k-1a5e (node IP: 10.1.140.199) will be terminated soon (reason: idle for 60 s).",
     "UserWarning: torch.cuda.amp.GradScaler is deprecated",
     "INFO checkpoint saved to /ckpt/global_step_100 (12.3 GiB), 2.1 TiB free",
     "Killed 0 workers",
