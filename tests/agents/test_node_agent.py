@@ -5,8 +5,6 @@ buffer stops the reading (back-pressure), a full inbox answers 429 and the agent
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -15,12 +13,10 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from argus.agents.inbox import AgentInbox
 from argus.agents.node_agent import NodeAgent
 from argus.agents.scanner import NodeScanner
-from argus.api.app import create_app
 from argus.store.store import Store
 from collectors.offsets import OffsetStore
 from collectors.ray_logs import RayLogsCollector
@@ -28,41 +24,10 @@ from core import signal_keys as keys
 from core.types import Category, SubjectKind
 from detectors.engine import load_rules
 from detectors.log_rules import LogRuleDetector
+from tests.support.central import Central
 
 RULES = load_rules()
 XID = "[Thu Nov 26 11:59:58 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
-
-
-class Central:
-    """The real app under uvicorn on a fixed loopback port; stop() and start() again to restart it."""
-
-    def __init__(self, store: Store, inbox: AgentInbox) -> None:
-        self.store, self.inbox = store, inbox
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = probe.getsockname()[1]
-        probe.close()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        app = create_app(store=self.store, node_agents=self.inbox)
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self.port))
-        self._server = server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
-        self._thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start within 30 s"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        assert self._server is not None and self._thread is not None
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
 
 
 @pytest.fixture
