@@ -28,7 +28,7 @@ from remediation.runner import Remediator
 from stage.localstack.ports import free_port
 
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOvHd5Yq4s1nE0CkW2m3n5b8xk9Zr7bq3u9Yp2sT6fQx"
-ROLES = (Role.VIEWER, Role.OPERATOR, Role.AGENT, Role.ADMIN)
+ROLES = (Role.VIEWER, Role.OPERATOR, Role.AGENT, Role.ADMIN, Role.NODE_AGENT)
 
 # Every route of the control plane and the role it needs. The test below fails when a route is missing
 # here, so a new route cannot ship without a decision about who may call it.
@@ -58,6 +58,8 @@ ROUTE_ROLES: dict[str, Role] = {
     "POST /v1/nodes/{name}/reset": Role.OPERATOR,
     "POST /v1/nodes/{name}/probe": Role.OPERATOR,
     "POST /v1/ops/cleanup_job_artifacts": Role.OPERATOR,
+    "GET /v1/agents": Role.VIEWER,
+    "POST /v1/agents/batch": Role.NODE_AGENT,  # Argus's node agents send lines; that token can do nothing else
 }
 # The routes whose agent calls meet the remediation policy's guards (argus/api/agent_policy.py): the agent's role
 # may call them, so a 403 there must be the policy's (GuardRefused), never the role's.
@@ -116,6 +118,7 @@ def bodies(env: Env) -> dict[str, Any]:
         "POST /v1/jobs/{submission_id}/stop": {"reason": "test"},
         "POST /v1/nodes": env.node_body(name="matrix-node"),
         "POST /v1/ops/cleanup_job_artifacts": {"submission_id": "ghost-1", "keep_last": 1},
+        "POST /v1/agents/batch": {"node_id": "n1", "node_ip": "10.0.0.1", "lines": []},
         "POST /v1/incidents/{incident_id}/actions": {"plan": "policy"},
         "POST /v1/incidents/{incident_id}:resolve": {"reason": "test"},
         "POST /v1/actions/{action_id}:reject": {"reason": "test"},
