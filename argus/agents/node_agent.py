@@ -31,7 +31,7 @@ from loguru import logger
 from argus.agents.scanner import AgentLine, NodeScanner
 from collectors.kernel_log import pick_source
 from collectors.offsets import OffsetStore
-from detectors.engine import load_rules
+from detectors.engine import RuleSet, load_rules
 
 BATCH_PATH = "/v1/agents/batch"
 
@@ -83,7 +83,10 @@ class NodeAgent:
         timeout_s: float = 10.0,
         transport: httpx.BaseTransport | None = None,
         clock: Callable[[], float] = time.monotonic,
+        rules: RuleSet | None = None,
     ) -> None:
+        """`rules`: the log rules to scan with (default: the built-in ones and `rules_dirs`); many agents in one
+        process (bench/fanin.py) share one set."""
         self.node_id = node_id
         self.node_ip = node_ip
         self.url = central_url.rstrip("/") + BATCH_PATH
@@ -97,7 +100,7 @@ class NodeAgent:
         self.offsets = OffsetStore(state / "offsets.json")
         kernel = pick_source(kernel_log, self.offsets, history_window_s=history_window_s)
         self.kernel_source = kernel.source.name if kernel.source else "none: " + "; ".join(kernel.tried)
-        self.scanner = NodeScanner(logs, self.offsets, load_rules([Path(d) for d in rules_dirs]),
+        self.scanner = NodeScanner(logs, self.offsets, rules or load_rules([Path(d) for d in rules_dirs]),
                                    kernel=kernel.source, history_window_s=history_window_s)
         self.logs_dir = str(logs)
         self.buffer: deque[AgentLine] = deque()
