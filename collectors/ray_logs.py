@@ -38,6 +38,11 @@ Content-Range) is its backlog: those lines are dated, by their own stamps or the
 ones older than the history window are marked as history (collectors.history): a week of Ray session logs on a
 cluster Argus meets for the first time is not a week of new faults.
 
+Node agents (argus/agents): where `agents` is given, a node whose agent was heard from lately is not read over HTTP
+at all; its agent reads the same files on the node and sends the lines worth sending, which `from_agents` turns into
+the same signals (stream, subject, node, history). A node whose agent goes quiet is read over HTTP again, from this
+collector's own offsets.
+
 One module past 400 lines on purpose: listing files, ranged reads and turning them into signals share the
 per-file state (offset, tail check, backlog, back-off) and the HTTP behaviour measured above.
 """
