@@ -83,7 +83,9 @@ class Settings(BaseSettings):
     )
     node_agent_interval_s: float = Field(default=1.0, gt=0, le=60, description="how often each agent reads and sends")
     node_agent_kernel_log: str = Field(
-        default="auto", description="what each agent reads as its node's kernel log: 'auto', 'off' or a path"
+        default="auto",
+        description="what each agent reads as its node's kernel log: 'auto', 'off' or a path ({node_ip} and {node_id} "
+        "in it are the agent's node's)",
     )
     kernel_log_node_ip: str | None = Field(
         default=None, description="the Ray node IP this host's kernel log is about; default: its own primary IP"

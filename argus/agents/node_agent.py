@@ -98,6 +98,8 @@ class NodeAgent:
         state = Path(state_dir) if state_dir else logs.parent / "argus-agent"
         state.mkdir(parents=True, exist_ok=True)
         self.offsets = OffsetStore(state / "offsets.json")
+        if "{" in kernel_log:  # a path per node, e.g. /var/log/nodes/{node_ip}/kern.log on shared storage
+            kernel_log = kernel_log.replace("{node_ip}", node_ip).replace("{node_id}", node_id)
         kernel = pick_source(kernel_log, self.offsets, history_window_s=history_window_s)
         self.kernel_source = kernel.source.name if kernel.source else "none: " + "; ".join(kernel.tried)
         self.scanner = NodeScanner(logs, self.offsets, rules or load_rules([Path(d) for d in rules_dirs]),

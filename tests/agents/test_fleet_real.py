@@ -24,8 +24,8 @@ from collectors.ray_logs import AgentBatch, RayLogsCollector
 from core.types import Category
 from detectors.engine import load_rules
 from detectors.log_rules import LogRuleDetector
+from stage.localstack.central import Central
 from stage.localstack.ray_cluster import RayCluster
-from tests.support.central import Central
 
 pytestmark = pytest.mark.ray
 

@@ -24,7 +24,7 @@ from core import signal_keys as keys
 from core.types import Category, SubjectKind
 from detectors.engine import load_rules
 from detectors.log_rules import LogRuleDetector
-from tests.support.central import Central
+from stage.localstack.central import Central
 
 RULES = load_rules()
 XID = "[Thu Nov 26 11:59:58 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."

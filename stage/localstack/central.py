@@ -1,5 +1,6 @@
-"""The central Argus a node agent talks to, for tests: the app `argus serve` runs (create_app with a node-agent
-inbox) under uvicorn on a fixed loopback port, so a test can stop it and start it again at the same address."""
+"""The central Argus node agents talk to, for tests and benches: the app `argus serve` runs (create_app with a
+node-agent inbox) under uvicorn on a fixed loopback port, so a test can stop it and start it again at the same
+address."""
 
 from __future__ import annotations
 
