@@ -166,3 +166,20 @@ def test_the_node_agent_token_only_sends_lines_and_only_it_may(tmp_path: Path, c
     assert httpx.post(f"{server.url}/v1/agents/batch", json=body).status_code == 401
     listed = httpx.get(f"{server.url}/v1/agents", headers={"authorization": f"Bearer {viewer}"}).json()
     assert listed == []  # an empty batch from n1 was refused, so nobody was heard
+
+
+def test_the_agents_token_is_made_once_kept_private_and_made_again_when_revoked(tmp_path: Path) -> None:
+    from argus.agents.fleet import TOKEN_FILE, agent_token
+
+    store = Store(f"sqlite:///{tmp_path / 'argus.db'}")
+    try:
+        first = agent_token(store, tmp_path)
+        assert agent_token(store, tmp_path) == first  # a restart keeps the agents' token valid
+        assert (tmp_path / TOKEN_FILE).stat().st_mode & 0o777 == 0o600
+        record = store.verify_token(first)
+        assert record is not None and record.role.value == "node_agent"
+        store.revoke_token(record.name)
+        again = agent_token(store, tmp_path)
+        assert again != first and store.verify_token(again) is not None
+    finally:
+        store.close()
