@@ -41,7 +41,9 @@ SUPPORT: dict[Category, re.Pattern[str]] = {
                                   r"memory (?:usage|pressure)|low on memory"),
     Category.NCCL_HANG: re.compile(r"(?i)timed out|\btimeout\b(?!\s{0,3}[=:]\s{0,3}\d)|watchdog|\bhang(?:s|ing)?\b|"
                                    r"\bhung\b|\bstuck\b|no progress|\bstall(?:s|ed)?\b"),
-    Category.NCCL_ERROR: re.compile(r"(?i)^(?![^\n]*\bINFO\b)(?=[^\n]*(?:\bNCCL\b|\bNET/|ibv_|mlx5|\bgloo\b|\bc10d\b|"
+    # NCCL's WARN that libibverbs or a net plugin is missing is its fall-back to sockets, not a failure
+    Category.NCCL_ERROR: re.compile(r"(?i)^(?![^\n]*(?:\bINFO\b|libibverbs|plugin|fall(?:ing)? ?back))"
+                                    r"(?=[^\n]*(?:\bNCCL\b|\bNET/|ibv_|mlx5|\bgloo\b|\bc10d\b|"
                                     r"socket|connection))[^\n]*" + _FAILED),
     Category.NODE_LOST: re.compile(r"(?i)marked (?:as )?dead|pre-?empt|\b(?:node|raylet|host|instance|worker|machine|"
                                    r"gcs)\b[^\n]{0,160}\b(?:dead|died|lost|down|unreachable|terminated|failed|"
@@ -49,7 +51,9 @@ SUPPORT: dict[Category, re.Pattern[str]] = {
                                    r"\b(?:missed|lost|failed|timed out)\b"),
     Category.GPU_HARDWARE: re.compile(r"(?i)\bXid\b|\bECC\b|fallen off the bus|uncorrectable|row remap|NVLink|"
                                       r"device handle|GPU has fallen|PCIe"),
-    Category.DISK_FULL: re.compile(r"(?i)no space|disk (?:quota|full)|ENOSPC|errno 28|/dev/shm|quota exceeded"),
+    # /dev/shm named is not /dev/shm full: Ray warns it uses /tmp when /dev/shm is small, and the run goes on
+    Category.DISK_FULL: re.compile(r"(?i)no space|disk (?:quota|full)|ENOSPC|errno 28|quota exceeded|"
+                                   r"/dev/shm\b[^\n]{0,80}?\b(?:is full|full\b|too small to|failed|cannot|unable)"),
     Category.IDLE_GPU: re.compile(r"(?i)idle|utili[sz]ation"),
     Category.UNSCHEDULABLE: re.compile(r"(?i)\bPENDING\b|infeasible|unschedulable|placement group|cannot be scheduled|"
                                        r"no node (?:offer|ha)"),

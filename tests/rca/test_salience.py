@@ -106,6 +106,14 @@ def test_a_cited_line_must_show_the_failure_not_only_name_the_subsystem() -> Non
     assert not decide(nothing, "nccl_error", 0.9, healthy, RULES).accepted
     assert not decide(nothing, "nccl_hang", 0.9, ["trainer.timeout=1800 nccl_timeout: 600"], RULES).accepted
     assert not decide(nothing, "node_lost", 0.9, ["node_rank=0 nnodes=2 master_addr=10.0.0.1"], RULES).accepted
+    # NCCL falling back to sockets, and Ray's object store using /tmp because /dev/shm is small: runs that go on
+    assert not decide(nothing, "nccl_error", 0.9, ["v100-gpu-1:14926:14926 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to "
+                                                   "open libibverbs.so[.1]"], RULES).accepted
+    assert not decide(nothing, "disk_full", 0.9, ["WARNING services.py:2159 -- WARNING: The object store is using /tmp "
+                                                  "instead of /dev/shm because /dev/shm has only 5368709120 bytes "
+                                                  "available. This will harm performance!"], RULES).accepted
+    assert decide(nothing, "disk_full", 0.9, ["NCCL WARN Error: failed to extend /dev/shm/nccl-ZX to 9637892 bytes"],
+                  RULES).accepted
     failing = "gpu1:1050:1316 [0] NCCL WARN Net : Connect to 10.0.0.2<43215> failed : No route to host"
     assert decide(nothing, "nccl_error", 0.9, [*healthy, failing], RULES).accepted
     assert decide(nothing, "node_lost", 0.9, ["worker node 10.0.0.9 went down at step 12; node is dead"],
