@@ -190,6 +190,8 @@ def main() -> int:
     parser.add_argument("--tick", type=float, default=1.0)
     parser.add_argument("--restart-at", type=float, default=30.0)
     parser.add_argument("--down-s", type=float, default=5.0)
+    parser.add_argument("--drain-s", type=float, default=30.0,
+                        help="after the load, wait until nothing new arrives for this long")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     console = Console(stderr=True)
@@ -211,7 +213,7 @@ def main() -> int:
         return p
 
     central = start_central()
-    stop_at = time.time() + args.seconds + 60
+    stop_at = time.time() + args.seconds + 3600  # the agents run until killed below
     groups = [dirs[i::args.agent_procs] for i in range(args.agent_procs)]
     agent_procs = [mp.Process(target=agents_main, args=(url, token_file, [str(d) for d in g], args.interval, stop_at),
                               daemon=True) for g in groups]
@@ -255,15 +257,18 @@ def main() -> int:
             ps = psutil.Process(central.pid)
             last_cpu = sum(ps.cpu_times()[:2])
     ran = time.time() - began
-    deadline = time.time() + 60
-    received: dict[str, float] = {}
-    while time.time() < deadline:
+    # wait for the agents to catch up: until every fault arrived, or nothing new arrived for --drain-s
+    received: dict[str, Any] = {}
+    last_count, last_change = -1, time.time()
+    while time.time() - last_change < args.drain_s:
         try:
             received = json.loads(Path(out).read_text())
         except (OSError, ValueError):
             received = {}
         if all(str(f) in received for f in written):
             break
+        if len(received) != last_count:
+            last_count, last_change = len(received), time.time()
         time.sleep(1)
     # faults written while the central was down (or starting again) wait for it by design: timed apart
     down = [(t, lat) for t, lat in received.values() if outage[0] <= t <= outage[1]]
@@ -275,7 +280,8 @@ def main() -> int:
         p.kill()
     figures: dict[str, Any] = {
         "nodes": args.nodes, "mb_per_min": args.mb_per_min, "burst_mb": args.burst_mb, "seconds": round(ran, 1),
-        "faults_written": len(written), "faults_received": len(written) - len(lost), "lost": len(lost),
+        "faults_written": len(written), "faults_received": len(written) - len(lost),
+        "lost": len(lost),  # not arrived once nothing more arrived for --drain-s
         "p50_s": round(statistics.median(latencies), 2) if latencies else None,
         "p95_s": round(latencies[int(0.95 * (len(latencies) - 1))], 2) if latencies else None,
         "max_s": round(latencies[-1], 2) if latencies else None,
