@@ -58,6 +58,17 @@ class AgentLine:
         return out
 
 
+def combined(patterns: Sequence[ProgressPattern]) -> re.Pattern[str] | None:
+    """One regex for "is this a progress line" (the agent sends it; the stall detector reads the step): one search a
+    line instead of one per pattern. Named groups become plain ones and a leading (?i) a scoped flag, so the
+    alternatives keep their meaning side by side."""
+    parts = []
+    for p in patterns:
+        body = re.sub(r"\(\?P<\w+>", "(?:", p.pattern)
+        parts.append(f"(?i:{body[4:]})" if body.startswith("(?i)") else f"(?:{body})")
+    return re.compile("|".join(parts)) if parts else None
+
+
 class NodeScanner:
     """Reads the node's logs from saved offsets and picks the lines to send; see the module docstring."""
 
@@ -78,7 +89,7 @@ class NodeScanner:
         self.offsets = offsets
         self.rules = rules
         self.kernel = kernel
-        self.progress = [re.compile(p.pattern) for p in patterns]
+        self.progress = combined(patterns)
         self.context_lines = context_lines
         self.poll_budget_bytes = poll_budget_bytes
         self.tailer = LogTailer(offsets, file_budget_bytes=file_budget_bytes,
@@ -137,7 +148,7 @@ class NodeScanner:
                 picked += context  # the lines before it, for the evidence
                 context.clear()
                 picked.append(line)
-            elif stream in PROGRESS_STREAMS and any(p.search(line.text) for p in self.progress):
+            elif stream in PROGRESS_STREAMS and self.progress is not None and self.progress.search(line.text):
                 context.clear()
                 picked.append(line)
             else:
