@@ -183,3 +183,19 @@ def test_the_agents_token_is_made_once_kept_private_and_made_again_when_revoked(
         assert again != first and store.verify_token(again) is not None
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("line", [
+    "step:12 - actor/loss:0.5", "global_step=5", " iteration      120/    1000 | consumed samples: 9",
+    "Epoch 1:  45%|####5     | 45/100 [00:10<00:12, 4.5it/s]", "{'loss': 0.52, 'learning_rate': 1e-05, 'epoch': 0.12}",
+    "Step: 12", "[step #7]", "NCCL INFO Channel 01/0 : 0[0] -> 1[1]", "steps 12 done", "GET /step 1", "",
+])
+def test_one_combined_progress_regex_says_what_the_stall_detectors_patterns_say(line: str) -> None:
+    import re
+
+    from argus.agents.scanner import combined
+    from detectors.stall import DEFAULT_PATTERNS
+
+    one = combined(DEFAULT_PATTERNS)
+    assert one is not None
+    assert bool(one.search(line)) is any(re.search(p.pattern, line) for p in DEFAULT_PATTERNS)
