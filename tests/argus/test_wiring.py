@@ -84,3 +84,21 @@ def test_the_log_rule_detector_keeps_a_jobs_open_findings_in_the_memory_given(tm
     [recovery] = after.recoveries()
     store.close()
     assert recovery.fingerprint == reported.fingerprint and recovery.severity is Severity.WARNING
+
+
+def test_node_agents_get_an_inbox_a_fleet_and_a_token_kept_in_the_data_dir(tmp_path):
+    from argus.agents.fleet import TOKEN_FILE
+    from argus.exporter import ArgusMetrics
+    from argus.wiring import build_control, build_node_agents
+
+    settings = load_settings(data_dir=tmp_path, node_agents=True, node_agent_url="http://10.0.0.1:8600",
+                             node_agent_kernel_log="/var/log/nodes/{node_ip}/kern.log")
+    store = Store(settings.effective_database_url)
+    inbox, fleet = build_node_agents(settings, store, build_control(settings, store), ArgusMetrics())
+    token = (tmp_path / TOKEN_FILE).read_text()
+    assert store.verify_token(token).role.value == "node_agent"
+    store.close()
+    assert fleet.env["ARGUS_AGENT_CENTRAL_URL"] == "http://10.0.0.1:8600"
+    assert fleet.env["ARGUS_AGENT_TOKEN"] == token
+    assert fleet.env["ARGUS_AGENT_KERNEL_LOG"] == "/var/log/nodes/{node_ip}/kern.log"
+    assert inbox.covered() == set()
