@@ -63,6 +63,7 @@ import httpx
 from loguru import logger
 
 from collectors.history import HistoryMarker, saved_time
+from collectors.kernel_log import STREAM as KERNEL_STREAM
 from collectors.logs import LineSplitter
 from collectors.offsets import OffsetStore
 from collectors.ray_api import DASHBOARD_HINT, cause_of
@@ -235,7 +236,7 @@ class RayLogsCollector:
         signals: list[Signal] = []
         for batch in batches:
             for line in batch.lines:
-                stream = "kernel" if line.file == KERNEL_FILE else stream_of(line.file)
+                stream = KERNEL_STREAM if line.file == KERNEL_FILE else stream_of(line.file)
                 if stream is None:
                     continue
                 file = _File(batch.node_id, line.file, stream)
@@ -244,7 +245,8 @@ class RayLogsCollector:
                 if line.line_time:
                     attrs[keys.LINE_TIME] = line.line_time
                     attrs[keys.HISTORY] = line.history
-                source = f"kernel://{batch.node_ip}" if stream == "kernel" else f"ray://{batch.node_ip}/{line.file}"
+                source = (f"kernel://{batch.node_ip}" if stream == KERNEL_STREAM
+                          else f"ray://{batch.node_ip}/{line.file}")
                 signals.append(Signal(kind=SignalKind.LOG_LINE, source=source,
                                       subject=self._subject(file, batch.node_ip), observed_at=stamp,
                                       text=line.text[:MAX_LINE_CHARS], line=line.line, attrs=attrs))

@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from collectors.history import HistoryMarker
+from collectors.kernel_log import STREAM as KERNEL_STREAM
 from collectors.kernel_log import KernelLogSource
 from collectors.logs import LogTailer
 from collectors.offsets import OffsetStore
-from collectors.ray_logs import stream_of
+from collectors.ray_logs import KERNEL_FILE, stream_of
 from core import signal_keys as keys
 from detectors.engine import RuleSet
 from detectors.stall import DEFAULT_PATTERNS, ProgressPattern
 
-KERNEL_FILE = "kernel"  # the file name a kernel line travels under
 PROGRESS_STREAMS = frozenset({"job-logs", "worker"})
 
 
@@ -132,7 +132,7 @@ class NodeScanner:
                     for line in lines
                 ])
         if self.kernel is not None:
-            picked += self._pick(KERNEL_FILE, "kernel", [
+            picked += self._pick(KERNEL_FILE, KERNEL_STREAM, [
                 AgentLine(KERNEL_FILE, k.seq, k.text, False, (k.attrs or {}).get(keys.LINE_TIME),
                           bool((k.attrs or {}).get(keys.HISTORY)))
                 for k in self.kernel.read()
