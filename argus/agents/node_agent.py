@@ -28,9 +28,10 @@ from typing import Any
 import httpx
 from loguru import logger
 
-from argus.agents.scanner import AgentLine, NodeScanner
+from argus.agents.scanner import NodeScanner, line_json
 from collectors.kernel_log import pick_source
 from collectors.offsets import OffsetStore
+from collectors.ray_logs import AgentLineRecord
 from detectors.engine import RuleSet, load_rules
 
 BATCH_PATH = "/v1/agents/batch"
@@ -105,7 +106,7 @@ class NodeAgent:
         self.scanner = NodeScanner(logs, self.offsets, rules or load_rules([Path(d) for d in rules_dirs]),
                                    kernel=kernel.source, history_window_s=history_window_s)
         self.logs_dir = str(logs)
-        self.buffer: deque[AgentLine] = deque()
+        self.buffer: deque[AgentLineRecord] = deque()
         self.counters = AgentCounters()
         self._http = httpx.Client(timeout=timeout_s, transport=transport,
                                   headers={"authorization": f"Bearer {token}"})
@@ -175,7 +176,7 @@ class NodeAgent:
         while self.buffer or now - self._last_sent >= self.heartbeat_s:
             batch = [self.buffer[i] for i in range(min(self.batch_lines, len(self.buffer)))]
             body = {"node_id": self.node_id, "node_ip": self.node_ip, "agent": self.stats(),
-                    "lines": [line.as_json() for line in batch]}
+                    "lines": [line_json(line) for line in batch]}
             try:
                 answer = self._http.post(self.url, json=body)
             except httpx.HTTPError as exc:

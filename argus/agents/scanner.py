@@ -18,7 +18,6 @@ import os
 import re
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from collectors.kernel_log import STREAM as KERNEL_STREAM
 from collectors.kernel_log import KernelLogSource
 from collectors.logs import LogTailer
 from collectors.offsets import OffsetStore
-from collectors.ray_logs import KERNEL_FILE, stream_of
+from collectors.ray_logs import KERNEL_FILE, AgentLineRecord, stream_of
 from core import signal_keys as keys
 from detectors.engine import RuleSet
 from detectors.stall import DEFAULT_PATTERNS, ProgressPattern
@@ -35,27 +34,16 @@ from detectors.stall import DEFAULT_PATTERNS, ProgressPattern
 PROGRESS_STREAMS = frozenset({"job-logs", "worker"})
 
 
-@dataclass(frozen=True)
-class AgentLine:
-    """One line the agent sends: where it was read (`file`: a Ray log file's name, or "kernel"), its number there,
-    its text, and when it was written when the agent dated it (a backlog)."""
-
-    file: str
-    line: int
-    text: str
-    truncated: bool = False
-    line_time: str | None = None
-    history: bool = False
-
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"file": self.file, "line": self.line, "text": self.text}
-        if self.truncated:
-            out["truncated"] = True
-        if self.line_time:
-            out["line_time"] = self.line_time
-        if self.history:
-            out["history"] = True
-        return out
+def line_json(line: AgentLineRecord) -> dict[str, Any]:
+    """A line as the batch route takes it (argus/api/agents.py), defaults left out."""
+    out: dict[str, Any] = {"file": line.file, "line": line.line, "text": line.text}
+    if line.truncated:
+        out["truncated"] = True
+    if line.line_time:
+        out["line_time"] = line.line_time
+    if line.history:
+        out["history"] = True
+    return out
 
 
 def combined(patterns: Sequence[ProgressPattern]) -> re.Pattern[str] | None:
@@ -94,7 +82,7 @@ class NodeScanner:
         self.poll_budget_bytes = poll_budget_bytes
         self.tailer = LogTailer(offsets, file_budget_bytes=file_budget_bytes,
                                 history=HistoryMarker(history_window_s))
-        self._context: dict[str, deque[AgentLine]] = {}
+        self._context: dict[str, deque[AgentLineRecord]] = {}
         self._turn = 0
         self.lines_read = 0
         self.bytes_read = 0
@@ -111,9 +99,9 @@ class NodeScanner:
             return []
         return sorted(self.logs_dir / name for name in names if stream_of(name) is not None)
 
-    def poll(self) -> list[AgentLine]:
+    def poll(self) -> list[AgentLineRecord]:
         """The lines worth sending that were written since the last poll (offsets advance; save them after)."""
-        picked: list[AgentLine] = []
+        picked: list[AgentLineRecord] = []
         files = self.files()
         if files:
             start = self._turn % len(files)
@@ -127,22 +115,22 @@ class NodeScanner:
                 self.bytes_read += used
                 stream = stream_of(path.name) or ""
                 picked += self._pick(path.name, stream, [
-                    AgentLine(path.name, line.line_no, line.text, line.truncated,
+                    AgentLineRecord(path.name, line.line_no, line.text, line.truncated,
                               (line.age or {}).get(keys.LINE_TIME), bool((line.age or {}).get(keys.HISTORY)))
                     for line in lines
                 ])
         if self.kernel is not None:
             picked += self._pick(KERNEL_FILE, KERNEL_STREAM, [
-                AgentLine(KERNEL_FILE, k.seq, k.text, False, (k.attrs or {}).get(keys.LINE_TIME),
+                AgentLineRecord(KERNEL_FILE, k.seq, k.text, False, (k.attrs or {}).get(keys.LINE_TIME),
                           bool((k.attrs or {}).get(keys.HISTORY)))
                 for k in self.kernel.read()
             ])
         return picked
 
-    def _pick(self, name: str, stream: str, lines: list[AgentLine]) -> list[AgentLine]:
+    def _pick(self, name: str, stream: str, lines: list[AgentLineRecord]) -> list[AgentLineRecord]:
         self.lines_read += len(lines)
         context = self._context.setdefault(name, deque(maxlen=self.context_lines))
-        picked: list[AgentLine] = []
+        picked: list[AgentLineRecord] = []
         for line in lines:
             if self.rules.match(line.text):
                 picked += context  # the lines before it, for the evidence

@@ -26,18 +26,9 @@ from detectors.engine import load_rules
 from detectors.log_rules import LogRuleDetector
 from stage.localstack.central import Central
 from stage.localstack.ray_cluster import RayCluster
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.ray
-
-
-def wait_for(what: str, check, timeout: float = 90.0, every: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 @pytest.fixture
@@ -64,7 +55,7 @@ def test_an_agent_on_every_node_sends_a_new_line_within_seconds_and_a_killed_age
     supervisor.ensure()
     nodes = [ray_cluster.head, *ray_cluster.workers]
     node_ids = {n.raylet_node_id() for n in nodes}
-    wait_for("an agent heard from on every node", lambda: node_ids <= inbox.covered(), timeout=120)
+    wait_until("an agent heard from on every node", lambda: node_ids <= inbox.covered(), timeout=120)
     supervisor.ensure()  # running: nothing submitted again
     assert supervisor.submissions == 1
 
@@ -83,7 +74,7 @@ def test_an_agent_on_every_node_sends_a_new_line_within_seconds_and_a_killed_age
         batches: list[AgentBatch] = inbox.take()
         return detector.detect(collector.from_agents(batches, datetime.now(timezone.utc)))
 
-    findings = wait_for("the line's finding", found, timeout=30, every=0.1)
+    findings = wait_until("the line's finding", found, timeout=30, interval=0.1)
     took = time.monotonic() - written
     assert [f.category for f in findings] == [Category.HOST_OOM]
     assert findings[0].subject.id == worker.raylet_node_id()
@@ -94,6 +85,6 @@ def test_an_agent_on_every_node_sends_a_new_line_within_seconds_and_a_killed_age
     agent = next(a for a in inbox.agents() if a.node_id == worker.raylet_node_id())
     old_pid = agent.stats["pid"]
     os.kill(int(old_pid), signal.SIGKILL)
-    wait_for("the agent started again", lambda: any(
+    wait_until("the agent started again", lambda: any(
         a.node_id == worker.raylet_node_id() and a.stats.get("pid") not in (None, old_pid) for a in inbox.agents()),
         timeout=120)
