@@ -48,6 +48,7 @@ CHUNK_BYTES = 64 * 1024
 HEAD_BYTES = 64  # identity: a hash of this many first bytes
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_ANSI_BYTES = re.compile(_ANSI.pattern.encode("ascii"))
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,22 @@ class LogLine:
     truncated: bool = False
     backlog: bool = False
     age: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class LogBlock:
+    """Complete lines of a log file as read, raw bytes (each line ends with a newline, CR and invalid UTF-8 kept):
+    `first_line` is the number of its first line. For scanners that gate whole blocks (`LogTailer.read_block`);
+    a line taken out of it reads as `decode_line` makes it."""
+
+    source: str
+    first_line: int
+    data: bytes
+
+
+def _has_line_over(data: bytes, end: int, cap: int) -> bool:
+    """Whether a line of data[:end] is longer than `cap` bytes (split in C, and only where one could be)."""
+    return end > cap and max(map(len, data[:end].split(b"\n"))) > cap
 
 
 def decode_line(raw: bytes) -> str:
@@ -170,15 +187,31 @@ class LogTailer:
 
     def read(self, path: Path | str, budget: int | None = None) -> tuple[list[LogLine], int]:
         """New lines of `path` and the bytes read; updates the offsets (the caller saves them)."""
+        lines, block, used = self._read(path, budget, blocks=False)
+        assert block is None
+        return lines, used
+
+    def read_block(self, path: Path | str, budget: int | None = None) -> tuple[list[LogLine], LogBlock | None, int]:
+        """What `read` reads, for a caller that scans bytes blocks (a node agent): the new complete lines as one
+        block of bytes (ANSI colour codes taken out) where that is the same thing, else as lines. Lines come back,
+        and no block, for what needs a line at a time: a rotated file's rest, a first sight's backlog (dated), an
+        over-long line. Updates the offsets like `read`."""
+        return self._read(path, budget, blocks=True)
+
+    def _read(
+        self, path: Path | str, budget: int | None, *, blocks: bool
+    ) -> tuple[list[LogLine], LogBlock | None, int]:
         key = os.path.abspath(path)
-        budget = self.file_budget_bytes if budget is None else budget
+        # at least a whole line's worth: with less, a line longer than the budget is never finished nor cut (the
+        # offset would stay before it for good)
+        budget = max(self.file_budget_bytes if budget is None else budget, self.max_line_bytes + 1)
         try:
             fd, dev, ino = self._fd(key)
         except FileNotFoundError:
-            return [], 0
+            return [], None, 0
         except OSError as exc:
             logger.warning("cannot open log file {}: {}", key, exc)
-            return [], 0
+            return [], None, 0
         state = self.offsets.get(key)
         first_sight = state is None
         lines: list[LogLine] = []
@@ -199,13 +232,35 @@ class LogTailer:
                 state["backlog"] = size  # what the file held when first seen: dated, maybe history
         if int(state["offset"]) >= size:
             self.offsets.set(key, state)
-            return lines, spent
-        new, used = self._read_from(fd, key, state, max(0, budget - spent), final=False)
+            return lines, None, spent
+        block, used = self._read_raw(fd, key, state, max(0, budget - spent)) if blocks and not lines else (None, 0)
+        if block is None:
+            new, used = self._read_from(fd, key, state, max(0, budget - spent), final=False)
+            lines += new
         if int(state["head_len"]) < HEAD_BYTES:
             state["head_len"] = min(HEAD_BYTES, os.fstat(fd).st_size)
             state["head"] = _head_hash(fd, state["head_len"])
         self.offsets.set(key, state)
-        return lines + new, spent + used
+        return lines, block, spent + used
+
+    def _read_raw(self, fd: int, source: str, state: dict[str, Any], budget: int) -> tuple[LogBlock | None, int]:
+        """The complete lines from the offset as one block and the bytes they took (the state moved past them), or
+        None where the line path must read: see `read_block`. A block is at most `budget` bytes and holds no line
+        the splitter would cut (a longer one leaves it to the line path); ANSI colour codes are taken out of it."""
+        if state.get("skipping") or int(state.get("backlog", 0)) > int(state["offset"]):
+            return None, 0
+        state.pop("backlog", None)  # read (or empty when first seen): what comes now is news
+        state.pop("backlog_at", None)
+        offset = int(state["offset"])
+        data = os.pread(fd, min(budget, self.file_budget_bytes), offset)
+        end = data.rfind(b"\n")
+        if end < 0 or _has_line_over(data, end, self.max_line_bytes):
+            return None, 0
+        data = data[: end + 1]
+        first = int(state["line"]) + 1
+        state.update(offset=offset + len(data), line=int(state["line"]) + data.count(b"\n"))
+        # a colour code holds no newline, so the lines stay where they were
+        return LogBlock(source, first, _ANSI_BYTES.sub(b"", data) if b"\x1b" in data else data), len(data)
 
     def _read_from(
         self, fd: int, source: str, state: dict[str, Any], budget: int, *, final: bool

@@ -164,18 +164,24 @@ def required_literals(pattern: str, cost: Callable[[set[Literal]], float] | None
 
 def _literal_options(items: list[Any], icase: bool, cost: Any = None) -> list[set[Literal]]:
     options: list[set[Literal]] = []
-    run: list[str] = []
+    # The literal texts the pattern may hold here: one run, or several where a small class or an alternation of
+    # literals sits among literal characters ("\.(?:cc|h):" holds ".cc:" or ".h:"; `re` parses the group as "."
+    # then a branch). A set of runs each MIN_LITERAL long is one option.
+    runs: list[str] = [""]
 
     def flush() -> None:
-        if len(run) >= MIN_LITERAL:
-            text = "".join(run)
-            options.append({(text.lower() if icase else text, icase)})
-        run.clear()
+        if all(len(run) >= MIN_LITERAL for run in runs):
+            options.append({(run.lower() if icase else run, icase) for run in runs})
+        runs[:] = [""]
 
     for op, av in items:
-        if op is _sre.LITERAL:
-            run.append(chr(av))
-            continue
+        texts = _literal_texts(op, av)
+        if texts is not None:
+            if len(runs) * len(texts) > _MAX_RUNS:
+                flush()
+            if len(texts) <= _MAX_RUNS:
+                runs[:] = [run + text for run in runs for text in texts]
+                continue
         flush()
         if op is _sre.SUBPATTERN:
             add, delete, body = av[1], av[2], av[3]
@@ -197,6 +203,38 @@ def _literal_options(items: list[Any], icase: bool, cost: Any = None) -> list[se
             options.extend(_literal_options(list(av[2]), icase, cost))
     flush()
     return options
+
+
+_MAX_RUNS = 16  # literal texts one place of a pattern may hold before the gate stops spelling them out
+
+
+def _literal_texts(op: Any, av: Any) -> list[str] | None:
+    """The texts one op matches when it is a literal, a small class of literals, or an alternation (a group
+    without flags) of such sequences; None otherwise or past _MAX_RUNS texts."""
+    chars = _chars(op, av)
+    if chars is not None:
+        return chars if len(chars) <= _MAX_RUNS else None
+    if op is _sre.SUBPATTERN and not av[1] and not av[2]:
+        return _sequence_texts(list(av[3]))
+    if op is _sre.BRANCH:
+        texts: list[str] = []
+        for branch in av[1]:
+            alternative = _sequence_texts(list(branch))
+            if alternative is None or len(texts) + len(alternative) > _MAX_RUNS:
+                return None
+            texts += alternative
+        return texts
+    return None
+
+
+def _sequence_texts(items: list[Any]) -> list[str] | None:
+    texts = [""]
+    for op, av in items:
+        part = _literal_texts(op, av)
+        if part is None or len(texts) * len(part) > _MAX_RUNS:
+            return None
+        texts = [text + p for text in texts for p in part]
+    return texts
 
 
 def _chars(op: Any, av: Any) -> list[str] | None:
@@ -538,3 +576,70 @@ class _NativeLiterals:
 def native_search_available() -> bool:
     """Whether gates can find literals in bytes blocks with hyperscan (installed and working here)."""
     return _NativeLiterals.build({("probe", False)}) is not None
+
+
+class PrefilterLines:
+    """The lines of a bytes block where any of some regexes may match: a superset the caller confirms line by line
+    with the regexes themselves (over str). For patterns without a literal the gate can use (a tqdm bar's "%|").
+
+    With hyperscan (installed and `native`), every pattern compiled in its prefilter mode, which approximates what
+    it cannot run (lookbehinds) by something that matches more, at gigabytes a second; where it refuses a pattern,
+    or is not installed, one bytes regex of all of them (MULTILINE) found with `finditer`, which is exact per line
+    except for a match that would span a newline through a `\\s` (such a match counts for no line)."""
+
+    def __init__(self, patterns: Sequence[str], *, native: bool = True) -> None:
+        self.patterns = tuple(patterns)
+        self._db = self._compile_native(self.patterns) if native and _hyperscan_imported else None
+        parts = []
+        for pattern in self.patterns:
+            body = re.sub(rb"\(\?P<\w+>", b"(?:", pattern.encode("utf-8"))  # a name may repeat across patterns
+            # a leading global flag such as (?i) only stands at the very start: scope it to its own alternative
+            flags = re.match(rb"\(\?([aiLmsux]+)\)", body)
+            parts.append(b"(?%s:%s)" % (flags.group(1), body[flags.end():]) if flags else b"(?:%s)" % body)
+        self._regex = re.compile(b"|".join(parts), re.MULTILINE) if parts else None
+
+    @staticmethod
+    def _compile_native(patterns: Sequence[str]) -> Any:
+        expressions, flags = [], []
+        for pattern in patterns:
+            body = re.sub(r"\(\?P<\w+>", "(?:", pattern)  # hyperscan has no named groups
+            flag = _hs.HS_FLAG_PREFILTER
+            lead = re.match(r"\(\?([aiLmsux]+)\)", body)
+            if lead:
+                if set(lead.group(1)) - {"i"}:
+                    return None  # a flag hyperscan's prefilter would not honour: let the regex decide
+                flag |= _hs.HS_FLAG_CASELESS
+                body = body[lead.end():]
+            expressions.append(body.encode("utf-8"))
+            flags.append(flag)
+        try:
+            db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
+            db.compile(expressions=expressions, ids=list(range(len(expressions))), flags=flags)
+        except _hs.error:
+            return None
+        return db
+
+    @property
+    def native(self) -> bool:
+        return self._db is not None
+
+    def lines(self, block: bytes) -> Iterator[tuple[int, int]]:
+        """(start, end) of every line of `block` (which ends with a newline) where a pattern may match, in order;
+        `end` is the offset of the line's newline."""
+        if self._db is not None:
+            ends: list[int] = []
+            self._db.scan(block, match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(end))
+            hits = sorted(ends)
+        elif self._regex is not None:
+            hits = [m.end() for m in self._regex.finditer(block)]
+        else:
+            return
+        line_end = -1
+        for hit_end in hits:
+            last = max(hit_end - 1, 0)  # the hit's last byte lies in the line to report (its newline, at most)
+            if last <= line_end:
+                continue
+            line_end = block.find(b"\n", last)
+            if line_end < 0:
+                return
+            yield block.rfind(b"\n", 0, last) + 1, line_end

@@ -159,6 +159,12 @@ class RuleSet:
             return [r for r in self.rules if r.regex.search(text)]
         return [rule for rule in self._candidates(gate, text) if rule.regex.search(text)]
 
+    def block_gate(self, sample: bytes = b"", *, native: bool = True) -> LiteralGate:
+        """The gate `scan_stream` puts in front of the rules, for a caller that scans bytes blocks itself (a node
+        agent): `lines(block)` finds the candidate lines, `match` on each decides. `sample`: typical text of the
+        stream (its characters pick the literals' anchors); empty for a general log sample."""
+        return _rule_gate(self.rules, sample[:_SAMPLE_BYTES] or _DEFAULT_SAMPLE, native=native)
+
     def scan(self, lines: Iterable[str], source: str, start_line: int = 1) -> Iterator[RuleMatch]:
         """Match every line; `source` names where the lines came from (a path, a stream) in the matches."""
         for line_no, raw in enumerate(lines, start=start_line):

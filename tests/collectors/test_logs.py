@@ -164,6 +164,18 @@ def test_over_long_line_cut_across_polls_and_restart_keeps_skipping(tmp_path: Pa
     assert [(x.line_no, x.text) for x in again] == [(2, "next")]
 
 
+def test_a_budget_below_the_line_cap_still_gets_past_a_long_line(tmp_path: Path) -> None:
+    # a poll's budget may be smaller than the line cap (what a poll has left); a line longer than the budget must
+    # still be cut and passed, or the offset would stay before it for good
+    log = tmp_path / "train.log"
+    append(log, "a\n" + "z" * 250 + "\nafter\n")
+    tailer = LogTailer(OffsetStore(tmp_path / "offsets.json"), max_line_bytes=200)
+    got = []
+    for _ in range(5):
+        got += tailer.read(log, budget=50)[0]
+    assert [(x.line_no, x.truncated, len(x.text)) for x in got] == [(1, False, 1), (2, True, 200), (3, False, 5)]
+
+
 def test_splitter_accounts_every_byte() -> None:
     splitter = LineSplitter(max_line_bytes=8)
     out = splitter.feed(b"ab\ncdefghijklmn")

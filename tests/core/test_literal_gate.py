@@ -97,9 +97,24 @@ def test_literals_inside_atomic_groups_and_possessive_repeats_are_required() -> 
 
 
 def test_required_literals_fold_case_and_skip_short_runs() -> None:
-    assert required_literals(r"(?i)NVLink (?:down|error)") == [{("nvlink ", True)}, {("down", True), ("error", True)}]
+    # a literal alternation goes on the run before it: the whole words are the literals
+    assert required_literals(r"(?i)NVLink (?:down|error)") == [{("nvlink down", True), ("nvlink error", True)}]
     assert required_literals(r"ab\d+cd") == []
     assert required_literals(r"disk (?i:quota) x") == [{("disk ", False)}, {("quota", True)}]
+
+
+def test_short_alternatives_and_classes_join_the_literal_around_them() -> None:
+    # `re` parses "\.(?:cc:|h:)" as "." and a branch of "cc:" and "h:", each too short alone
+    assert required_literals(r"INFO \S+(?:\.cc:|\.h:)\d+") == [{("INFO ", False)}, {(".cc:", False), (".h:", False)}]
+    assert required_literals(r"[Pp]lugin") == [{("Plugin", False), ("plugin", False)}]
+    assert required_literals(r"ab(?:c|)d") == [{("abcd", False), ("abd", False)}]
+    # past _MAX_RUNS texts the run so far is one option and the rest starts again
+    assert required_literals(r"Xid [1-9][0-9]!") == [{(f"Xid {n}", False) for n in range(1, 10)}]
+    assert required_literals(r"(?:a|b)\w") == []  # one character: no literal
+    # every text of an option is in a match (checked, not only asserted on examples)
+    for pattern, text in ((r"NCCL (?:WARN|ERROR) x", "NCCL ERROR x"), (r"e[Cc][Cc] err", "eCc err")):
+        (option,) = required_literals(pattern)
+        assert re.search(pattern, text) and any(word in text for word, _ in option)
 
 
 # --- the gate itself -----------------------------------------------------------------------------------
