@@ -13,6 +13,11 @@
 - A central restart: after --restart-at seconds the central is killed and started again --down-s later; the fault
   lines written meanwhile must all arrive (the agents keep them).
 
+- `--mode poller`: the same nodes, load and restart without agents: the central is RayLogsCollector reading every
+  node's files over HTTP by byte range (what `argus serve` does where no agent runs) and the log rules' detector,
+  against a stand-in for Ray's dashboard and its per-node log routes (aiohttp, Range as Ray's agent serves it; its
+  own CPU is printed apart, it is the network, not Argus).
+
 Prints line-to-finding p50/p95, the central's CPU (cores, mean over the run) and peak RSS, fault lines written,
 received and lost, and an idle agent's CPU and RSS (one agent process with one agent, nothing written). Goals
 (issue 17): p95 <= 5 s, central <= 1 core and <= 1 GiB, 0 lines lost, an idle agent <= 2% of a core and
@@ -20,6 +25,7 @@ received and lost, and an idle agent's CPU and RSS (one agent process with one a
 2 GB/min, so say --nodes and --mb-per-min with the figures.
 
     .venv/bin/python bench/fanin.py --nodes 200 --mb-per-min 200 --seconds 60 [--json]
+    .venv/bin/python bench/fanin.py --mode poller --nodes 200 --mb-per-min 200 --seconds 60
 """
 
 from __future__ import annotations
@@ -96,6 +102,86 @@ def central_main(port: int, work: str, tick: float, out: str, token_file: str) -
 
     threading.Thread(target=loop, daemon=True).start()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+# -- the HTTP poller at the same load (--mode poller) ------------------------------------------------------------
+
+def dashboard_main(dashboard_port: int, agent_ports: list[int], dirs: list[str]) -> None:
+    """A stand-in for the network the poller reads through (not Argus): Ray's dashboard routes it calls on the head
+    (node summary, jobs, the log listing) and every node's dashboard-agent log route, which serves the node's files
+    with HTTP Range as Ray's agent does (aiohttp static files). Each node is 127.0.0.1 at a port of its own."""
+    import asyncio
+    import os
+
+    from aiohttp import web
+
+    nodes = [(f"node{i:05d}", port, Path(d)) for i, (port, d) in enumerate(zip(agent_ports, dirs, strict=True))]
+    by_id = {node_id: folder for node_id, _, folder in nodes}
+    by_port = {port: folder for _, port, folder in nodes}
+    summary = {"data": {"summary": [
+        {"ip": "127.0.0.1", "raylet": {"nodeId": node_id, "state": "ALIVE", "dashboardAgentListenPort": port}}
+        for node_id, port, _ in nodes]}}
+
+    async def node_summary(_: web.Request) -> web.Response:
+        return web.json_response(summary)
+
+    async def jobs(_: web.Request) -> web.Response:
+        return web.json_response([])
+
+    async def list_logs(request: web.Request) -> web.Response:
+        folder = by_id[request.query["node_id"]]
+        return web.json_response({"data": {"result": {"all": sorted(os.listdir(folder))}}})
+
+    async def log_file(request: web.Request) -> web.StreamResponse:
+        port = request.transport.get_extra_info("sockname")[1] if request.transport else 0
+        path = by_port[port] / request.match_info["name"]
+        return web.FileResponse(path) if path.is_file() else web.Response(status=404)
+
+    app = web.Application()
+    app.router.add_get("/nodes", node_summary)
+    app.router.add_get("/api/jobs/", jobs)
+    app.router.add_get("/api/v0/logs", list_logs)
+    app.router.add_get("/logs/{name}", log_file)
+
+    async def serve() -> None:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        for port in [dashboard_port, *agent_ports]:
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
+
+
+def poller_main(dashboard_url: str, work: str, tick: float, out: str) -> None:
+    """The central as it runs without agents: RayLogsCollector reads every node's files over HTTP each tick (its
+    defaults: 200 reads a poll, 2 MB a read), the log rules' detector reads what it got; timed like central_main."""
+    from collectors.offsets import OffsetStore
+    from collectors.ray_logs import RayLogsCollector
+    from detectors.engine import load_rules
+    from detectors.log_rules import LogRuleDetector
+
+    collector = RayLogsCollector(dashboard_url, OffsetStore(Path(work) / "poller-offsets.json"))
+    detector = LogRuleDetector(load_rules())
+    try:
+        received: dict[str, Any] = json.loads(Path(out).read_text())
+    except (OSError, ValueError):
+        received = {}
+    while True:
+        began = time.time()
+        try:
+            signals = collector.collect()
+        except Exception as exc:  # the stand-in starting: try again next tick
+            print(f"poller: {exc}", file=sys.stderr)
+            signals = []
+        detector.detect(signals)
+        now = time.time()
+        for s in signals:
+            m = FAULT.search(s.text or "")
+            if m and m.group(1) not in received:
+                received[m.group(1)] = [float(m.group(2)), now - float(m.group(2))]
+        Path(out).write_text(json.dumps(received))
+        time.sleep(max(0.0, tick - (time.time() - began)))
 
 
 # -- the agent processes ------------------------------------------------------------------------------------------
@@ -192,6 +278,8 @@ def main() -> int:
     parser.add_argument("--down-s", type=float, default=5.0)
     parser.add_argument("--drain-s", type=float, default=30.0,
                         help="after the load, wait until nothing new arrives for this long")
+    parser.add_argument("--mode", choices=["agents", "poller"], default="agents",
+                        help="agents: node agents push to the central; poller: the central reads every node over HTTP")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     console = Console(stderr=True)
@@ -207,19 +295,30 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}"
     out, token_file = str(work / "received.json"), str(work / "token")
 
+    stand_in: mp.Process | None = None
+    if args.mode == "poller":
+        agent_ports = [free_port() for _ in dirs]
+        stand_in = mp.Process(target=dashboard_main, args=(port, agent_ports, [str(d) for d in dirs]), daemon=True)
+        stand_in.start()
+    stand_in_began = time.time()
+
     def start_central() -> mp.Process:
-        p = mp.Process(target=central_main, args=(port, str(work), args.tick, out, token_file), daemon=True)
+        if args.mode == "poller":
+            p = mp.Process(target=poller_main, args=(url, str(work), args.tick, out), daemon=True)
+        else:
+            p = mp.Process(target=central_main, args=(port, str(work), args.tick, out, token_file), daemon=True)
         p.start()
         return p
 
     central = start_central()
     stop_at = time.time() + args.seconds + 3600  # the agents run until killed below
-    groups = [dirs[i::args.agent_procs] for i in range(args.agent_procs)]
+    groups = [dirs[i::args.agent_procs] for i in range(args.agent_procs)] if args.mode == "agents" else []
     agent_procs = [mp.Process(target=agents_main, args=(url, token_file, [str(d) for d in g], args.interval, stop_at),
                               daemon=True) for g in groups]
     for p in agent_procs:
         p.start()
-    console.print(f"{args.nodes} simulated nodes in {args.agent_procs} agent processes; central pid {central.pid}")
+    console.print(f"{args.nodes} simulated nodes, mode {args.mode} ({len(agent_procs)} agent processes); "
+                  f"central pid {central.pid}")
     time.sleep(8)  # imports, first reads of empty folders
     written: list[int] = []
     writer = threading.Thread(target=write_load, args=(dirs, args.mb_per_min, args.fault_every, args.seconds,
@@ -247,7 +346,7 @@ def main() -> int:
             central.join()
             time.sleep(args.down_s)
             central = start_central()
-            while True:
+            while args.mode == "agents":  # the poller has no port: it reads as soon as it runs
                 try:
                     with socket.create_connection(("127.0.0.1", port), timeout=1):
                         break
@@ -274,7 +373,12 @@ def main() -> int:
     down = [(t, lat) for t, lat in received.values() if outage[0] <= t <= outage[1]]
     latencies = sorted(lat for t, lat in received.values() if not outage[0] <= t <= outage[1])
     lost = [f for f in written if str(f) not in received]
-    idle_cpu, idle_rss = idle_agent(url, token_file, work)
+    stand_in_cores = None
+    if stand_in is not None:
+        stand_in_ps = psutil.Process(stand_in.pid)
+        stand_in_cores = round(sum(stand_in_ps.cpu_times()[:2]) / (time.time() - stand_in_began), 3)
+        stand_in.kill()
+    idle_cpu, idle_rss = idle_agent(url, token_file, work) if args.mode == "agents" else (None, None)
     central.kill()
     for p in agent_procs:
         p.kill()
@@ -289,10 +393,13 @@ def main() -> int:
         "faults_in_outage": len(down),
         "outage_p95_s": round(sorted(lat for _, lat in down)[int(0.95 * (len(down) - 1))], 2) if down else None,
         "central_cores": round(cpu_s / ran, 3), "central_rss_mib": round(rss_max, 1),
-        "idle_agent_cpu_pct": round(idle_cpu, 2), "idle_agent_rss_mib": round(idle_rss, 1),
+        "idle_agent_cpu_pct": round(idle_cpu, 2) if idle_cpu is not None else None,
+        "idle_agent_rss_mib": round(idle_rss, 1) if idle_rss is not None else None,
+        "stand_in_dashboard_cores": stand_in_cores,  # poller mode: the network's stand-in, not Argus
         "central_restarted": restarted,
     }
-    table = Table(title=f"node agents -> central: {args.nodes} nodes, {args.mb_per_min:g} MB/min, "
+    who = "node agents -> central" if args.mode == "agents" else "HTTP poller"
+    table = Table(title=f"{who}: {args.nodes} nodes, {args.mb_per_min:g} MB/min, "
                         f"{args.burst_mb:g} MB burst, central restarted once")
     table.add_column("figure")
     table.add_column("value", justify="right")

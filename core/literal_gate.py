@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
+import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, AnyStr, Generic
 
@@ -545,8 +546,9 @@ class _NativeLiterals:
         expressions = ["".join(f"\\x{b:02x}" for b in text.encode("utf-8")).encode("ascii") for text, _ in ordered]
         # CASELESS folds ASCII letters only, like the gate's [aA] classes (literals never fold others)
         flags = [_hs.HS_FLAG_CASELESS if icase else 0 for _, icase in ordered]
-        self._db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
-        self._db.compile(expressions=expressions, ids=list(range(len(ordered))), flags=flags)
+        db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
+        db.compile(expressions=expressions, ids=list(range(len(ordered))), flags=flags)
+        self._db = _ScanPerThread(db)
 
     @classmethod
     def build(cls, words: set[Literal]) -> _NativeLiterals | None:
@@ -560,10 +562,8 @@ class _NativeLiterals:
             return None
 
     def lines(self, block: bytes) -> Iterator[tuple[int, int, int]]:
-        ends: list[int] = []
         # hyperscan reports where each hit ends; the hit's last byte lies in the line to report
-        self._db.scan(block, match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(end))
-        ends.sort()
+        ends = sorted(self._db.ends(block))
         line_end = -1
         for hit_end in ends:
             if hit_end <= line_end:
@@ -571,6 +571,26 @@ class _NativeLiterals:
             start = block.rfind(b"\n", 0, hit_end - 1) + 1
             line_end = block.find(b"\n", hit_end - 1)
             yield start, line_end, 0
+
+
+class _ScanPerThread:
+    """A compiled hyperscan database scanned with a scratch space per thread: a scratch serves one scan at a time
+    (hyperscan raises ScratchInUseError otherwise), and one gate may serve many threads (node agents sharing a rule
+    set in one process)."""
+
+    def __init__(self, db: Any) -> None:
+        self._db = db
+        self._local = threading.local()
+
+    def ends(self, block: bytes) -> list[int]:
+        """Where every hit in `block` ends."""
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = _hs.Scratch(self._db)
+        ends: list[int] = []
+        self._db.scan(block, match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(end),
+                      scratch=scratch)
+        return ends
 
 
 def native_search_available() -> bool:
@@ -617,7 +637,7 @@ class PrefilterLines:
             db.compile(expressions=expressions, ids=list(range(len(expressions))), flags=flags)
         except _hs.error:
             return None
-        return db
+        return _ScanPerThread(db)
 
     @property
     def native(self) -> bool:
@@ -627,9 +647,7 @@ class PrefilterLines:
         """(start, end) of every line of `block` (which ends with a newline) where a pattern may match, in order;
         `end` is the offset of the line's newline."""
         if self._db is not None:
-            ends: list[int] = []
-            self._db.scan(block, match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(end))
-            hits = sorted(ends)
+            hits = sorted(self._db.ends(block))
         elif self._regex is not None:
             hits = [m.end() for m in self._regex.finditer(block)]
         else:

@@ -126,6 +126,7 @@ class RuleSet:
             seen[rule.reason] = rule
         self.rules: tuple[LogRule, ...] = tuple(rules)
         self._line_gate = _rule_gate(self.rules, _DEFAULT_SAMPLE)
+        self._block_gates: dict[tuple[str, bool], LiteralGate] = {}
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -159,11 +160,19 @@ class RuleSet:
             return [r for r in self.rules if r.regex.search(text)]
         return [rule for rule in self._candidates(gate, text) if rule.regex.search(text)]
 
-    def block_gate(self, sample: bytes = b"", *, native: bool = True) -> LiteralGate:
+    def block_gate(self, sample: bytes = b"", *, kind: str | None = None, native: bool = True) -> LiteralGate:
         """The gate `scan_stream` puts in front of the rules, for a caller that scans bytes blocks itself (a node
         agent): `lines(block)` finds the candidate lines, `match` on each decides. `sample`: typical text of the
-        stream (its characters pick the literals' anchors); empty for a general log sample."""
-        return _rule_gate(self.rules, sample[:_SAMPLE_BYTES] or _DEFAULT_SAMPLE, native=native)
+        stream (its characters pick the literals' anchors); empty for a general log sample. `kind` names what
+        kind of stream the sample is (a raylet's, a job driver's): the first gate built for a kind is kept and
+        given to later callers of that kind (building one costs a tenth of a second; the same kind of text
+        wants the same literals)."""
+        if kind is not None and (kind, native) in self._block_gates:
+            return self._block_gates[(kind, native)]
+        gate = _rule_gate(self.rules, sample[:_SAMPLE_BYTES] or _DEFAULT_SAMPLE, native=native)
+        if kind is not None:
+            self._block_gates[(kind, native)] = gate
+        return gate
 
     def scan(self, lines: Iterable[str], source: str, start_line: int = 1) -> Iterator[RuleMatch]:
         """Match every line; `source` names where the lines came from (a path, a stream) in the matches."""

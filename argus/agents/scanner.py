@@ -92,7 +92,7 @@ class NodeScanner:
         # Each stream (raylet, a job's driver, workers ...) gets a gate of its own once GATE_SAMPLE_BYTES of it were
         # read: a gate picks each rule's literals by how rarely they occur in that text (in NCCL's set-up flood
         # "NCCL INFO " is everywhere and ".cc:" nowhere); until then, the gate for a general sample.
-        self._rule_gate = rules.block_gate()
+        self._rule_gate = rules.block_gate(kind="")
         self._stream_gates: dict[str, LiteralGate] = {}
         self._samples: dict[str, bytes] = {}
         self._progress_lines = PrefilterLines([p.pattern for p in patterns]) if patterns else None
@@ -211,7 +211,7 @@ class NodeScanner:
             self._samples[stream] = sample
             return self._rule_gate
         self._samples.pop(stream, None)
-        gate = self._stream_gates[stream] = self.rules.block_gate(sample)
+        gate = self._stream_gates[stream] = self.rules.block_gate(sample, kind=stream)
         return gate
 
     @staticmethod

@@ -99,7 +99,8 @@ def test_a_stream_gets_a_gate_of_its_own_once_a_sample_was_read(tmp_path: Path) 
     logs.mkdir()
     driver = logs / "job-driver-raysubmit_1.log"
     driver.write_bytes(b"")
-    scanner = NodeScanner(logs, OffsetStore(tmp_path / "o.json"), RULES)
+    rules = load_rules()  # its own: a rule set keeps the first gate built for each kind of stream
+    scanner = NodeScanner(logs, OffsetStore(tmp_path / "o.json"), rules)
     scanner.poll()
     noise = b"node0:1:1 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n"
     with open(driver, "ab") as out:
@@ -108,6 +109,10 @@ def test_a_stream_gets_a_gate_of_its_own_once_a_sample_was_read(tmp_path: Path) 
     assert [line.text for line in picked][-1] == "node0:1:1 [0] NCCL INFO init.cc:12 -> 2"
     gate = scanner._stream_gates["job-logs"]
     assert list(gate.lines(noise)) == []  # NCCL's set-up lines are no candidates for that stream's gate
+    assert list(rules.block_gate().lines(noise))  # they are for the general one
+    other = NodeScanner(logs, OffsetStore(tmp_path / "other.json"), rules)
+    other.poll()
+    assert other._gate_for("job-logs", b"x\n" * GATE_SAMPLE_BYTES) is gate  # built once a rule set and kind
 
 
 def test_rotation_truncation_and_backlog_go_the_line_path_and_lose_nothing(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from core.errors import ConfigError, RuleError
 from core.literal_gate import (
     CharCosts,
     LiteralGate,
+    PrefilterLines,
     literal_prefixes,
     native_search_available,
     nested_unbounded_repeat,
@@ -321,3 +322,25 @@ def test_every_builtin_rule_and_default_redaction_pattern_is_gated() -> None:
         assert rule.prefixes, f"{name} has no literal prefix: it would need a pass of its own"
         assert rule.lowered == pattern.startswith("(?i)"), f"{name} is (?i) but not lower case"
         assert not nested_unbounded_repeat(pattern), name
+
+
+def test_one_native_gate_serves_many_threads_at_once() -> None:
+    # node agents in one process share their rule set's gates; hyperscan's scratch space serves one scan at a time
+    if not native_search_available():
+        pytest.skip("hyperscan is not installed or cannot run here")
+    from concurrent.futures import ThreadPoolExecutor
+
+    gate = LiteralGate([{("fallen off", False)}, {("Xid", False)}], native=True)
+    prefilter = PrefilterLines([r"(?<![\w/])step:(\d+) - ", r"(\d{1,3})%\|"])
+    assert gate._native is not None and prefilter.native
+    block = b"noise line\n" * 20_000 + b"NVRM: Xid 79, GPU has fallen off the bus\nstep:3 - loss\n 45%|#### |\n"
+
+    def scan(_: int) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+        return list(gate.lines(block)), list(prefilter.lines(block))
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(scan, range(64)))
+    lines, progress = results[0]
+    assert [block[s:e] for s, e, _ in lines] == [b"NVRM: Xid 79, GPU has fallen off the bus"]
+    assert [block[s:e] for s, e in progress] == [b"step:3 - loss", b" 45%|#### |"]
+    assert all(r == results[0] for r in results)
