@@ -167,12 +167,17 @@ class RuleSet:
         kind of stream the sample is (a raylet's, a job driver's): the first gate built for a kind is kept and
         given to later callers of that kind (building one costs a tenth of a second; the same kind of text
         wants the same literals)."""
-        if kind is not None and (kind, native) in self._block_gates:
-            return self._block_gates[(kind, native)]
+        known = self.known_block_gate(kind, native=native) if kind is not None else None
+        if known is not None:
+            return known
         gate = _rule_gate(self.rules, sample[:_SAMPLE_BYTES] or _DEFAULT_SAMPLE, native=native)
         if kind is not None:
             self._block_gates[(kind, native)] = gate
         return gate
+
+    def known_block_gate(self, kind: str, *, native: bool = True) -> LiteralGate | None:
+        """The gate already built for this kind of stream (`block_gate`), if any."""
+        return self._block_gates.get((kind, native))
 
     def scan(self, lines: Iterable[str], source: str, start_line: int = 1) -> Iterator[RuleMatch]:
         """Match every line; `source` names where the lines came from (a path, a stream) in the matches."""

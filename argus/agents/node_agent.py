@@ -152,7 +152,10 @@ class NodeAgent:
             except Exception as exc:  # noqa: BLE001 - the agent must outlive any one bad poll; it says why
                 self.counters.last_error = f"{type(exc).__name__}: {exc}"
                 logger.exception("argus node agent poll failed")
-            self._stop.wait(max(0.0, self.interval_s - (self._clock() - began)))
+            # behind a burst (the budgets left bytes unread) and room in the buffer: read on at once, not a poll a
+            # second; what a poll reads is still bounded by its budgets
+            catching_up = self.scanner.behind and len(self.buffer) < self.max_buffer_lines
+            self._stop.wait(0.0 if catching_up else max(0.0, self.interval_s - (self._clock() - began)))
 
     def run_once(self) -> None:
         """One poll: read what is new (unless the buffer is full), then send what the central has not answered."""

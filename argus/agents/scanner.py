@@ -103,6 +103,7 @@ class NodeScanner:
                                 history=HistoryMarker(history_window_s))
         self._context: dict[str, deque[AgentLineRecord]] = {}
         self._turn = 0
+        self.behind = False  # the last poll left bytes unread for its budgets (a burst): poll again soon
         self.lines_read = 0
         self.bytes_read = 0
 
@@ -121,6 +122,7 @@ class NodeScanner:
     def poll(self) -> list[AgentLineRecord]:
         """The lines worth sending that were written since the last poll (offsets advance; save them after)."""
         picked: list[AgentLineRecord] = []
+        self.behind = False
         files = self.files()
         if files:
             start = self._turn % len(files)
@@ -136,6 +138,8 @@ class NodeScanner:
                     (lines, used), block = self.tailer.read(path, budget=budget), None
                 left -= used
                 self.bytes_read += used
+                # a read that (nearly) filled its budget stopped for it: the file has more
+                self.behind = self.behind or used >= budget - self.tailer.max_line_bytes
                 stream = stream_of(path.name) or ""
                 picked += self._pick(path.name, stream, [
                     AgentLineRecord(path.name, line.line_no, line.text, line.truncated,
@@ -203,8 +207,9 @@ class NodeScanner:
         return picked
 
     def _gate_for(self, stream: str, data: bytes) -> LiteralGate:
-        gate = self._stream_gates.get(stream)
-        if gate is not None:
+        gate = self._stream_gates.get(stream) or self.rules.known_block_gate(stream)
+        if gate is not None:  # this scanner's, or one another agent sharing the rule set built from its sample
+            self._stream_gates[stream] = gate
             return gate
         sample = self._samples.get(stream, b"") + data[: GATE_SAMPLE_BYTES]
         if len(sample) < GATE_SAMPLE_BYTES:

@@ -57,7 +57,7 @@ def agent_for(tmp_path: Path, url: str, token: str, **kw: Any) -> NodeAgent:
     kern = tmp_path / "kern.log"
     kern.touch()
     return NodeAgent(node_id="node-a", node_ip="10.0.0.7", central_url=url, token=token,
-                     logs_dir=str(tmp_path / "session" / "logs"), kernel_log=str(kern), interval_s=0.1, **kw)
+                     logs_dir=str(tmp_path / "session" / "logs"), kernel_log=str(kern), **{"interval_s": 0.1, **kw})
 
 
 def test_the_scanner_sends_matches_with_their_context_and_progress_and_keeps_the_rest(tmp_path: Path) -> None:
@@ -124,6 +124,31 @@ def test_a_central_restart_loses_no_line_and_a_full_buffer_stops_the_reading(
     texts = [line.text for batch in server.inbox.take() for line in batch.lines if "Killed process" in line.text]
     assert [t.split("process ")[1].split()[0] for t in texts] == [str(100 + i) for i in range(10)]
     agent.stop()
+
+
+def test_a_burst_past_the_poll_budget_is_read_on_at_once_not_a_budget_an_interval(
+        tmp_path: Path, central: tuple[Central, str]) -> None:
+    server, token = central
+    agent = agent_for(tmp_path, server.url, token, interval_s=60.0)
+    agent.run_once()  # first sight of the files
+    server.inbox.take()
+    driver = tmp_path / "session" / "logs" / "job-driver-raysubmit_1.log"
+    noise = "".join(f"node0:1:1 [0] NCCL INFO Channel {i:02d}/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n" for i in range(32))
+    with driver.open("a") as f:
+        for _ in range(30 * 1024 * 1024 // len(noise)):  # ~30 MB: four of the scanner's 8 MB file budgets
+            f.write(noise)
+        f.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0)\n")
+    agent.start()  # polls at once, then every 60 s unless behind
+    try:
+        texts: list[str] = []
+        deadline = time.monotonic() + 30
+        while not any("OutOfMemoryError" in t for t in texts) and time.monotonic() < deadline:
+            texts += [line.text for batch in server.inbox.take() for line in batch.lines]
+            time.sleep(0.2)
+        assert any("OutOfMemoryError" in t for t in texts), "the burst's last line did not arrive within 30 s"
+        assert agent.counters.polls >= 4 and not agent.scanner.behind
+    finally:
+        agent.stop()
 
 
 def test_a_full_inbox_answers_429_and_the_agent_keeps_the_batch(tmp_path: Path, central: tuple[Central, str]) -> None:
