@@ -13,6 +13,7 @@ root-cause order (signatures, then generic rules, then warnings) are one contrac
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -127,6 +128,7 @@ class RuleSet:
         self.rules: tuple[LogRule, ...] = tuple(rules)
         self._line_gate = _rule_gate(self.rules, _DEFAULT_SAMPLE)
         self._block_gates: dict[tuple[str, bool], LiteralGate] = {}
+        self._gate_lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -167,13 +169,14 @@ class RuleSet:
         kind of stream the sample is (a raylet's, a job driver's): the first gate built for a kind is kept and
         given to later callers of that kind (building one costs a tenth of a second; the same kind of text
         wants the same literals)."""
-        known = self.known_block_gate(kind, native=native) if kind is not None else None
-        if known is not None:
+        if kind is None:
+            return _rule_gate(self.rules, sample[:_SAMPLE_BYTES] or _DEFAULT_SAMPLE, native=native)
+        with self._gate_lock:  # many agents' threads reach their sample at once: one builds, the others wait for it
+            known = self.known_block_gate(kind, native=native)
+            if known is None:
+                known = _rule_gate(self.rules, sample[:_SAMPLE_BYTES] or _DEFAULT_SAMPLE, native=native)
+                self._block_gates[(kind, native)] = known
             return known
-        gate = _rule_gate(self.rules, sample[:_SAMPLE_BYTES] or _DEFAULT_SAMPLE, native=native)
-        if kind is not None:
-            self._block_gates[(kind, native)] = gate
-        return gate
 
     def known_block_gate(self, kind: str, *, native: bool = True) -> LiteralGate | None:
         """The gate already built for this kind of stream (`block_gate`), if any."""
