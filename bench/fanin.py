@@ -398,6 +398,11 @@ def main() -> int:
     down = [(t, lat) for t, lat in received.values() if outage[0] <= t <= outage[1]]
     latencies = sorted(lat for t, lat in received.values() if not outage[0] <= t <= outage[1])
     lost = [f for f in written if str(f) not in received]
+    # the worst latency of the faults written in each 10 s of the run: where a tail comes from (the burst, the restart)
+    by_window: dict[int, float] = {}
+    for t, lat in received.values():
+        window = int((t - began) // 10) * 10
+        by_window[window] = max(by_window.get(window, 0.0), lat)
     stand_in_cores = None
     if stand_in is not None:
         stand_in_ps = psutil.Process(stand_in.pid)
@@ -423,6 +428,8 @@ def main() -> int:
         "idle_agent_rss_mib": round(idle_rss, 1) if idle_rss is not None else None,
         "stand_in_dashboard_cores": stand_in_cores,  # poller mode: the network's stand-in, not Argus
         "central_restarted": restarted,
+        "burst_at_s": round(args.seconds / 3), "restart_at_s": args.restart_at if restarted else None,
+        "worst_latency_by_10s": {f"{w}s": round(lat, 1) for w, lat in sorted(by_window.items())},
     }
     who = "node agents -> central" if args.mode == "agents" else "HTTP poller"
     table = Table(title=f"{who}: {args.nodes} nodes, {args.mb_per_min:g} MB/min, "

@@ -37,7 +37,7 @@ from core.literal_gate import LiteralGate, PrefilterLines
 from detectors.engine import RuleSet, clip_line
 from detectors.stall import DEFAULT_PATTERNS, ProgressPattern
 
-GATE_SAMPLE_BYTES = 256 * 1024
+GATE_SAMPLE_BYTES = 64 * 1024  # enough text to know which literals are common in it
 PROGRESS_STREAMS = frozenset({"job-logs", "worker"})
 
 
