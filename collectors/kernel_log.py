@@ -201,6 +201,8 @@ class JournalSource:
     def read(self) -> list[KernelLine]:
         saved = self.offsets.get(self.name) or {}
         cursor = saved.get("cursor")
+        # line numbers go on across restarts, as a file's do (the central tells lines apart by them)
+        self._seq = max(self._seq, int(saved.get("seq") or 0))
         args = [self.journalctl, "-k", "-o", "json", "--no-pager", "-n", str(self.max_records)]
         args += ["--after-cursor", cursor] if cursor else ["-b"]
         done = subprocess.run(args, capture_output=True, timeout=self.timeout_s, check=False)
@@ -231,7 +233,7 @@ class JournalSource:
             lines.append(KernelLine(seq=self._seq, text=message[:MAX_LINE_CHARS], written_at=written, attrs=attrs))
             cursor = entry.get("__CURSOR") or cursor
         if cursor:
-            self.offsets.set(self.name, {"cursor": cursor})
+            self.offsets.set(self.name, {"cursor": cursor, "seq": self._seq})
         return lines
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from collectors.kernel_log import (
     FileSource,
+    JournalSource,
     KernelLogCollector,
     KmsgSource,
     parse_kmsg_record,
@@ -138,6 +139,26 @@ def test_a_reboot_starts_the_sequence_over(tmp_path: Path) -> None:
         assert source.read(), "a saved seq of another boot does not hide this boot's records"
     finally:
         source.close()
+
+
+def test_journal_lines_go_on_after_the_saved_cursor_and_number_on_across_restarts(tmp_path: Path) -> None:
+    # a journalctl that answers like the real one: JSON records, the ones after --after-cursor when given
+    fake = tmp_path / "journalctl"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        '  *"--after-cursor c2"*) echo \'{"MESSAGE":"NVRM: Xid (PCI:0000:3b:00): 79, pid=0","__CURSOR":"c3",'
+        '"__REALTIME_TIMESTAMP":"1790000002000000"}\' ;;\n'
+        '  *) echo \'{"MESSAGE":"booted","__CURSOR":"c1","__REALTIME_TIMESTAMP":"1790000000000000"}\'\n'
+        '     echo \'{"MESSAGE":[78,86,82,77,255],"__CURSOR":"c2","__REALTIME_TIMESTAMP":"1790000001000000"}\' ;;\n'
+        "esac\n")
+    fake.chmod(0o755)
+    offsets = OffsetStore(tmp_path / "offsets.json")
+    first = JournalSource(offsets, journalctl=str(fake)).read()
+    assert [(k.seq, k.text) for k in first] == [(1, "booted"), (2, "NVRM\ufffd")]
+    offsets.save()
+    again = JournalSource(OffsetStore(tmp_path / "offsets.json"), journalctl=str(fake)).read()  # a restart
+    assert [(k.seq, k.text[:9]) for k in again] == [(3, "NVRM: Xid")]
 
 
 def test_pick_source_takes_a_path_refuses_a_folder_and_says_why_it_found_none(tmp_path: Path) -> None:
