@@ -28,6 +28,9 @@ learn their streams' gates, and the seconds around the restart make the tail; `w
     .venv/bin/python bench/fanin.py --restart-at 60 [--json]                        # 1,250 nodes, 2 GB/min, 500 MB
     .venv/bin/python bench/fanin.py --mode poller --restart-at 60                    # the same, read over HTTP
     .venv/bin/python bench/fanin.py --nodes 200 --mb-per-min 200 --seconds 60 [--json]
+
+One script past 400 lines on purpose: the central, the agents, the poller with its stand-in and the writer are the
+processes of one experiment, sharing its fault stamps and its record of what arrived; apart, each would restate them.
 """
 
 from __future__ import annotations
