@@ -562,15 +562,8 @@ class _NativeLiterals:
             return None
 
     def lines(self, block: bytes) -> Iterator[tuple[int, int, int]]:
-        # hyperscan reports where each hit ends; the hit's last byte lies in the line to report
-        ends = sorted(self._db.ends(block))
-        line_end = -1
-        for hit_end in ends:
-            if hit_end <= line_end:
-                continue
-            start = block.rfind(b"\n", 0, hit_end - 1) + 1
-            line_end = block.find(b"\n", hit_end - 1)
-            yield start, line_end, 0
+        for start, end in _lines_of_hits(block, self._db.ends(block)):
+            yield start, end, 0
 
 
 class _ScanPerThread:
@@ -593,6 +586,35 @@ class _ScanPerThread:
         return ends
 
 
+def _lines_of_hits(block: bytes, ends: list[int]) -> Iterator[tuple[int, int]]:
+    """(start, newline) of each line of `block` holding a hit, once and in order, from where the hits end: a hit's
+    last byte lies in its line (the newline, at most)."""
+    line_end = -1
+    for hit_end in sorted(ends):
+        last = max(hit_end - 1, 0)
+        if last <= line_end:
+            continue
+        line_end = block.find(b"\n", last)
+        if line_end < 0:
+            return
+        yield block.rfind(b"\n", 0, last) + 1, line_end
+
+
+def alternatives(patterns: Sequence[str]) -> str:
+    """Patterns joined into one alternation that means what each meant: named groups become plain ones (a name may
+    repeat across them) and a leading global flag such as (?i) is scoped to its own alternative."""
+    parts = []
+    for pattern in patterns:
+        body = _unnamed(pattern)
+        flags = re.match(r"\(\?([aiLmsux]+)\)", body)
+        parts.append(f"(?{flags.group(1)}:{body[flags.end():]})" if flags else f"(?:{body})")
+    return "|".join(parts)
+
+
+def _unnamed(pattern: str) -> str:
+    return re.sub(r"\(\?P<\w+>", "(?:", pattern)
+
+
 def native_search_available() -> bool:
     """Whether gates can find literals in bytes blocks with hyperscan (installed and working here)."""
     return _NativeLiterals.build({("probe", False)}) is not None
@@ -610,19 +632,14 @@ class PrefilterLines:
     def __init__(self, patterns: Sequence[str], *, native: bool = True) -> None:
         self.patterns = tuple(patterns)
         self._db = self._compile_native(self.patterns) if native and _hyperscan_imported else None
-        parts = []
-        for pattern in self.patterns:
-            body = re.sub(rb"\(\?P<\w+>", b"(?:", pattern.encode("utf-8"))  # a name may repeat across patterns
-            # a leading global flag such as (?i) only stands at the very start: scope it to its own alternative
-            flags = re.match(rb"\(\?([aiLmsux]+)\)", body)
-            parts.append(b"(?%s:%s)" % (flags.group(1), body[flags.end():]) if flags else b"(?:%s)" % body)
-        self._regex = re.compile(b"|".join(parts), re.MULTILINE) if parts else None
+        joined = alternatives(self.patterns).encode("utf-8")
+        self._regex = re.compile(joined, re.MULTILINE) if self.patterns else None
 
     @staticmethod
     def _compile_native(patterns: Sequence[str]) -> Any:
         expressions, flags = [], []
         for pattern in patterns:
-            body = re.sub(r"\(\?P<\w+>", "(?:", pattern)  # hyperscan has no named groups
+            body = _unnamed(pattern)  # hyperscan has no named groups
             flag = _hs.HS_FLAG_PREFILTER
             lead = re.match(r"\(\?([aiLmsux]+)\)", body)
             if lead:
@@ -647,17 +664,6 @@ class PrefilterLines:
         """(start, end) of every line of `block` (which ends with a newline) where a pattern may match, in order;
         `end` is the offset of the line's newline."""
         if self._db is not None:
-            hits = sorted(self._db.ends(block))
+            yield from _lines_of_hits(block, self._db.ends(block))
         elif self._regex is not None:
-            hits = [m.end() for m in self._regex.finditer(block)]
-        else:
-            return
-        line_end = -1
-        for hit_end in hits:
-            last = max(hit_end - 1, 0)  # the hit's last byte lies in the line to report (its newline, at most)
-            if last <= line_end:
-                continue
-            line_end = block.find(b"\n", last)
-            if line_end < 0:
-                return
-            yield block.rfind(b"\n", 0, last) + 1, line_end
+            yield from _lines_of_hits(block, [m.end() for m in self._regex.finditer(block)])

@@ -33,7 +33,7 @@ from collectors.logs import LogBlock, LogTailer, decode_line
 from collectors.offsets import OffsetStore
 from collectors.ray_logs import KERNEL_FILE, AgentLineRecord, stream_of
 from core import signal_keys as keys
-from core.literal_gate import LiteralGate, PrefilterLines
+from core.literal_gate import LiteralGate, PrefilterLines, alternatives
 from detectors.engine import RuleSet, clip_line
 from detectors.stall import DEFAULT_PATTERNS, ProgressPattern
 
@@ -55,13 +55,8 @@ def line_json(line: AgentLineRecord) -> dict[str, Any]:
 
 def combined(patterns: Sequence[ProgressPattern]) -> re.Pattern[str] | None:
     """One regex for "is this a progress line" (the agent sends it; the stall detector reads the step): one search a
-    line instead of one per pattern. Named groups become plain ones and a leading (?i) a scoped flag, so the
-    alternatives keep their meaning side by side."""
-    parts = []
-    for p in patterns:
-        body = re.sub(r"\(\?P<\w+>", "(?:", p.pattern)
-        parts.append(f"(?i:{body[4:]})" if body.startswith("(?i)") else f"(?:{body})")
-    return re.compile("|".join(parts)) if parts else None
+    line instead of one per pattern (core.literal_gate.alternatives keeps each pattern's meaning)."""
+    return re.compile(alternatives([p.pattern for p in patterns])) if patterns else None
 
 
 class NodeScanner:
@@ -176,7 +171,8 @@ class NodeScanner:
         """What `_pick` picks from the block's lines, found by the gates instead of a search per line: only the
         candidate lines, their context and the block's last lines (the next block's context) are decoded."""
         data = block.data
-        self.lines_read += data.count(b"\n")
+        count = data.count(b"\n")
+        self.lines_read += count
         found: dict[int, tuple[int, bool]] = {}  # line start -> (its newline, matched a rule)
         for start, end, _ in self._gate_for(stream, data).lines(data):
             if self.rules.match(decode_line(data[start:end])):
@@ -202,7 +198,7 @@ class NodeScanner:
             picked.append(self._record(name, line_no, data, start, end))
             boundary = end + 1
         last = _lines_before(data, len(data), boundary, self.context_lines)
-        total = block.first_line + data.count(b"\n") - 1  # the block's last line number
+        total = block.first_line + count - 1  # the block's last line number
         context.extend(self._record(name, total - len(last) + 1 + i, data, s, e) for i, (s, e) in enumerate(last))
         return picked
 
