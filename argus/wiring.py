@@ -6,7 +6,7 @@ Registered in explicit lists: adding a collector, detector or incident subscribe
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loguru import logger
 
@@ -30,6 +30,7 @@ from argus.notify.registry import build_channels
 from argus.notify.webhook import WebhookNotifier
 from argus.pipeline import Pipeline, TickResult
 from argus.reports import ReportService
+from collectors.agent_gpus import AgentGpuCollector, GpuFeed
 from collectors.dcgm import DcgmScrapeCollector
 from collectors.kernel_log import KernelLogCollector, pick_source, primary_ip
 from collectors.logs import JobLogsCollector
@@ -71,8 +72,12 @@ if TYPE_CHECKING:
     from rca.llm import LlmWriter
 
 
+class NodeAgentFeed(AgentFeed, GpuFeed, Protocol):
+    """What node agents sent: lines for the Ray log collector, GPU readings (argus.agents.inbox.AgentInbox)."""
+
+
 def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: ArgusMetrics,
-                     agents: AgentFeed | None = None) -> list[Collector]:
+                     agents: NodeAgentFeed | None = None) -> list[Collector]:
     offsets = settings.data_dir / "offsets"
     collectors: list[Collector] = [
         RayStateCollector(settings.ray_dashboard_url, timeout_s=settings.request_timeout_s),
@@ -100,6 +105,8 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: A
         collectors.append(DcgmScrapeCollector(settings.dcgm_targets, timeout_s=settings.request_timeout_s))
     elif settings.nvml:  # Argus on a GPU host without dcgm-exporter
         collectors.append(NvmlCollector(hostname=settings.nvml_hostname))
+    if agents is not None and settings.agents_read_gpus:  # GPU nodes without dcgm-exporter, read by their agents
+        collectors.append(AgentGpuCollector(agents))
     if settings.kernel_log != "off":
         kernel_offsets = OffsetStore(offsets / "kernel_log.json")
         choice = pick_source(settings.kernel_log, kernel_offsets, history_window_s=settings.history_window_s)
@@ -261,12 +268,12 @@ def build_remediator(settings: Settings, store: Any, control: ControlPlane, *,
 def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: ArgusMetrics | None = None,
                    collectors: list[Collector] | None = None, detectors: list[Detector] | None = None,
                    stall: StallDetector | None = None, memory: DetectorMemory | None = None,
-                   agents: AgentFeed | None = None) -> Pipeline:
+                   agents: NodeAgentFeed | None = None) -> Pipeline:
     """The loop, filing what it finds through `incidents`. `metrics` (also mounted at /metrics by the API) is kept
     up to date after every tick, with each job's progress from `stall` (the stall detector among `detectors`).
     `collectors` / `detectors` / `stall`: instead of the ones settings describe. `memory`: where the detectors
     built here keep their state across restarts (`argus serve` passes the store's `detector_state`). `agents`: what
-    node agents sent (argus/agents), read by the Ray log collector."""
+    node agents sent (argus/agents): lines for the Ray log collector, GPU readings for AgentGpuCollector."""
     metric_rules = load_metric_rules(settings.metric_rules_dirs)
     metrics = metrics or ArgusMetrics()
     stall = stall or build_stall_detector(settings, memory)
@@ -302,7 +309,8 @@ def build_node_agents(settings: Settings, store: Store, control: ControlPlane,
     url = settings.node_agent_url or f"http://{primary_ip()}:{settings.api_port}"
     fleet = FleetSupervisor(lambda: control.jobs.client, central_url=url, token=agent_token(store, settings.data_dir),
                             inbox=inbox, metrics=metrics, interval_s=settings.node_agent_interval_s,
-                            kernel_log=settings.node_agent_kernel_log, history_window_s=settings.history_window_s)
+                            kernel_log=settings.node_agent_kernel_log, history_window_s=settings.history_window_s,
+                            nvml=settings.agents_read_gpus)
     return inbox, fleet
 
 

@@ -215,7 +215,7 @@ def agents_main(url: str, token_file: str, dirs: list[str], interval: float, sto
     agents = [NodeAgent(node_id=f"node-{Path(d).parent.name}",
                         node_ip=f"10.{i // 65025 % 256}.{i // 255 % 255}.{i % 255 + 1}", central_url=url,
                         token=token, logs_dir=d, kernel_log="off", interval_s=interval, rules=rules,
-                        state_dir=str(Path(d).parent / "agent"))
+                        state_dir=str(Path(d).parent / "agent"), nvml=False)  # simulated nodes have no GPU
               for i, d in enumerate(dirs)]
     for a in agents:
         a.start()

@@ -116,6 +116,11 @@ class NvmlCollector:
             samples.extend(self._read_gpu(gpu))
         return samples
 
+    @property
+    def xid_watched(self) -> frozenset[int]:
+        """The indices of the GPUs whose Xid events NVML delivers to this collector."""
+        return frozenset(self._xid_watched)
+
     def shutdown(self) -> None:
         if not self._started:
             return

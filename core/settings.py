@@ -87,6 +87,11 @@ class Settings(BaseSettings):
         description="what each agent reads as its node's kernel log: 'auto', 'off' or a path ({node_ip} and {node_id} "
         "in it are the agent's node's)",
     )
+    node_agent_nvml: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="each agent reads its node's GPUs through NVML and sends dcgm-exporter's series: 'auto' does "
+        "where no exporter is configured (no prometheus_url or dcgm_targets), 'on' always, 'off' never",
+    )
     kernel_log_node_ip: str | None = Field(
         default=None, description="the Ray node IP this host's kernel log is about; default: its own primary IP"
     )
@@ -193,6 +198,13 @@ class Settings(BaseSettings):
         if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
             raise ValueError("must be host:port of the Ray head's GCS, e.g. 10.0.0.1:6380")
         return v.strip()
+
+    @property
+    def agents_read_gpus(self) -> bool:
+        """Whether node agents read their GPUs through NVML (see node_agent_nvml)."""
+        if self.node_agent_nvml == "auto":
+            return not (self.prometheus_url or self.dcgm_targets)
+        return self.node_agent_nvml == "on"
 
     @property
     def effective_code_roots(self) -> list[Path]:

@@ -37,6 +37,7 @@ ENV = {
     "kernel_log": "ARGUS_AGENT_KERNEL_LOG",
     "reconcile": "ARGUS_AGENT_RECONCILE_S",
     "history": "ARGUS_AGENT_HISTORY_WINDOW_S",
+    "nvml": "ARGUS_AGENT_NVML",
 }
 
 
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     options = {"central_url": url, "token": token,
                "interval_s": float(os.environ.get(ENV["interval"], "1.0")),
                "kernel_log": os.environ.get(ENV["kernel_log"], "auto"),
-               "history_window_s": float(os.environ.get(ENV["history"], "900"))}
+               "history_window_s": float(os.environ.get(ENV["history"], "900")),
+               "nvml": os.environ.get(ENV["nvml"], "1") == "1"}
     every = float(os.environ.get(ENV["reconcile"], "5"))
     ray.init(address="auto", namespace=NAMESPACE)
     agent_cls = ray.remote(NodeAgent)
@@ -152,13 +154,13 @@ class FleetSupervisor:
 
     def __init__(self, jobs: Callable[[], Any], *, central_url: str, token: str, inbox: Any,
                  metrics: Any | None = None, interval_s: float = 1.0, kernel_log: str = "auto",
-                 history_window_s: float = 900.0, reconcile_s: float = 5.0) -> None:
+                 history_window_s: float = 900.0, reconcile_s: float = 5.0, nvml: bool = True) -> None:
         self._jobs = jobs
         self.inbox = inbox
         self.metrics = metrics
         self.env = {ENV["url"]: central_url, ENV["token"]: token, ENV["interval"]: str(interval_s),
                     ENV["kernel_log"]: kernel_log, ENV["reconcile"]: str(reconcile_s),
-                    ENV["history"]: str(history_window_s)}
+                    ENV["history"]: str(history_window_s), ENV["nvml"]: "1" if nvml else "0"}
         self.submission_id: str | None = None
         self.submissions = 0
 

@@ -9,6 +9,9 @@ memory up to the bound and nothing more.
 A node is covered while its agent was heard from within `stale_after_s` (a heartbeat or a batch): the central
 poller leaves its files to the agent then, and takes them back when the agent goes quiet (the poller's offsets are
 its own, so it reads the files from where it stopped). `argus_agent_up{node}` says which nodes are covered how.
+
+GPU readings (collectors.agent_gpus) are states, not events: only each node's newest report waits, a newer one
+replaces it, so they cost at most one report per node.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from collectors.agent_gpus import AgentGpuReport, GpuReading
 from collectors.ray_logs import AgentBatch, AgentLineRecord
+from core.types import utcnow
 
 
 @dataclass
@@ -44,20 +49,25 @@ class AgentInbox:
         self._batches: deque[AgentBatch] = deque()
         self._waiting = 0
         self._seen: dict[str, AgentSeen] = {}
+        self._gpus: dict[str, AgentGpuReport] = {}
         self.refused = 0
 
-    def put(self, node_id: str, node_ip: str, lines: list[AgentLineRecord], stats: dict[str, Any]) -> bool:
-        """Keep a batch for the next poll; False (keep nothing) when the inbox is full."""
+    def put(self, node_id: str, node_ip: str, lines: list[AgentLineRecord], stats: dict[str, Any],
+            gpus: list[GpuReading] | None = None, hostname: str | None = None) -> bool:
+        """Keep a batch for the next poll; False (keep nothing) when the inbox is full. `gpus`: the node's newest
+        GPU readings (replacing any not yet taken), `hostname` the node's own name (their Hostname label)."""
         with self._lock:
             seen = self._seen.get(node_id)
             if seen is None:
                 seen = self._seen[node_id] = AgentSeen(node_id, node_ip, self._clock())
             seen.last_at, seen.node_ip, seen.stats = self._clock(), node_ip, stats
-            if not lines:
-                return True
-            if self._waiting + len(lines) > self.max_lines:
+            if lines and self._waiting + len(lines) > self.max_lines:
                 self.refused += 1
                 return False
+            if gpus:
+                self._gpus[node_id] = AgentGpuReport(node_id, node_ip, hostname or node_ip, utcnow(), gpus)
+            if not lines:
+                return True
             self._batches.append(AgentBatch(node_id=node_id, node_ip=node_ip, lines=lines))
             self._waiting += len(lines)
             seen.lines += len(lines)
@@ -69,6 +79,12 @@ class AgentInbox:
             self._batches.clear()
             self._waiting = 0
             return batches
+
+    def take_gpus(self) -> list[AgentGpuReport]:
+        with self._lock:
+            reports = list(self._gpus.values())
+            self._gpus.clear()
+            return reports
 
     def covered(self) -> set[str]:
         """The node ids whose agent was heard from lately."""

@@ -12,11 +12,16 @@ its counters at least every `heartbeat_s` when there is nothing to send.
   so the lines stay in their files and the offsets do not move.
 - Offsets are saved only when the buffer is empty (everything read was answered 2xx): an agent that dies with
   lines unsent reads them again after its restart (sent at least once, never dropped).
+- Where the node has a GPU and `nvml` is on, every `gpu_interval_s` it reads its GPUs through NVML
+  (collectors.nvml, dcgm-exporter's names) and sends the newest reading with the next batch
+  (collectors.agent_gpus); a reading not yet answered is replaced by a newer one, never queued. A node where NVML
+  cannot start (no driver) says why in its stats (`gpus`) and tries again every `nvml_retry_s`.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from collections import deque
@@ -29,9 +34,12 @@ import httpx
 from loguru import logger
 
 from argus.agents.scanner import NodeScanner, line_json
+from collectors.agent_gpus import GpuReading, reading_json, readings_of
 from collectors.kernel_log import pick_source
+from collectors.nvml import NvmlCollector
 from collectors.offsets import OffsetStore
 from collectors.ray_logs import AgentLineRecord
+from core.errors import SourceUnavailable
 from detectors.engine import RuleSet, load_rules
 
 BATCH_PATH = "/v1/agents/batch"
@@ -48,6 +56,7 @@ class AgentCounters:
     batches_sent: int = 0
     send_failures: int = 0
     paused_polls: int = 0  # polls skipped because the buffer was full (back-pressure)
+    gpu_reads: int = 0
     last_error: str | None = None
 
 
@@ -85,9 +94,15 @@ class NodeAgent:
         transport: httpx.BaseTransport | None = None,
         clock: Callable[[], float] = time.monotonic,
         rules: RuleSet | None = None,
+        nvml: bool = True,
+        gpu_interval_s: float = 10.0,
+        nvml_retry_s: float = 300.0,
+        nvml_module: Any = None,
+        hostname: str | None = None,
     ) -> None:
         """`rules`: the log rules to scan with (default: the built-in ones and `rules_dirs`); many agents in one
-        process (bench/fanin.py) share one set."""
+        process (bench/fanin.py) share one set. `nvml`: read the node's GPUs (off where dcgm-exporter does);
+        `nvml_module`: pynvml or a stand-in with its functions (stage/sim/nvml_host.py)."""
         self.node_id = node_id
         self.node_ip = node_ip
         self.url = central_url.rstrip("/") + BATCH_PATH
@@ -107,6 +122,13 @@ class NodeAgent:
                                    kernel=kernel.source, history_window_s=history_window_s)
         self.logs_dir = str(logs)
         self.buffer: deque[AgentLineRecord] = deque()
+        self.hostname = hostname or socket.gethostname()
+        self.gpu_interval_s = gpu_interval_s
+        self.nvml_retry_s = nvml_retry_s
+        self._nvml = NvmlCollector(hostname=self.hostname, nvml=nvml_module) if nvml else None
+        self.gpu_state = "nvml: not read yet" if nvml else "off"
+        self._gpus: list[GpuReading] = []  # the newest reading, until the central answers it
+        self._gpus_due = float("-inf")
         self.counters = AgentCounters()
         self._http = httpx.Client(timeout=timeout_s, transport=transport,
                                   headers={"authorization": f"Bearer {token}"})
@@ -134,10 +156,13 @@ class NodeAgent:
             self._thread.join(timeout=10)
         self.scanner.close()
         self._http.close()
+        if self._nvml is not None:
+            self._nvml.shutdown()
 
     def stats(self) -> dict[str, Any]:
         return {"node_id": self.node_id, "node_ip": self.node_ip, "logs_dir": self.logs_dir,
-                "kernel_log": self.kernel_source, "buffered": len(self.buffer), "pid": os.getpid(),
+                "kernel_log": self.kernel_source, "gpus": self.gpu_state, "buffered": len(self.buffer),
+                "pid": os.getpid(),
                 **self.counters.__dict__}
 
     def ping(self) -> str:
@@ -168,18 +193,38 @@ class NodeAgent:
             self.counters.bytes_read = self.scanner.bytes_read
         else:
             self.counters.paused_polls += 1
+        self._read_gpus()
         self._send()
         if not self.buffer:
             self.scanner.save()  # everything read is answered: a restart may start after it
+
+    def _read_gpus(self) -> None:
+        """The node's GPUs through NVML, when due; a node where NVML cannot start tries again later."""
+        now = self._clock()
+        if self._nvml is None or now < self._gpus_due:
+            return
+        try:
+            readings = readings_of(self._nvml.samples())
+        except SourceUnavailable as exc:
+            self._gpus_due = now + self.nvml_retry_s
+            self.gpu_state = f"none: {exc.message}"
+            return
+        self._gpus_due = now + self.gpu_interval_s
+        self._gpus = readings
+        self.counters.gpu_reads += 1
+        failing = f"; failing: {'; '.join(self._nvml.last_errors.values())}" if self._nvml.last_errors else ""
+        self.gpu_state = f"nvml: {len(readings)} GPU(s){failing}"[:400]
 
     def _send(self) -> None:
         now = self._clock()
         if now < self._retry_at:
             return
-        while self.buffer or now - self._last_sent >= self.heartbeat_s:
+        while self.buffer or self._gpus or now - self._last_sent >= self.heartbeat_s:
             batch = [self.buffer[i] for i in range(min(self.batch_lines, len(self.buffer)))]
-            body = {"node_id": self.node_id, "node_ip": self.node_ip, "agent": self.stats(),
-                    "lines": [line_json(line) for line in batch]}
+            gpus = self._gpus
+            body = {"node_id": self.node_id, "node_ip": self.node_ip, "hostname": self.hostname,
+                    "agent": self.stats(), "lines": [line_json(line) for line in batch],
+                    "gpus": [reading_json(reading) for reading in gpus]}
             try:
                 answer = self._http.post(self.url, json=body)
             except httpx.HTTPError as exc:
@@ -190,6 +235,8 @@ class NodeAgent:
                 return
             for _ in batch:
                 self.buffer.popleft()
+            if self._gpus is gpus:  # a newer reading taken meanwhile still waits
+                self._gpus = []
             self.counters.lines_sent += len(batch)
             self.counters.batches_sent += 1
             self._backoff = 0.0
