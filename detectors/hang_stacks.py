@@ -27,6 +27,12 @@ COLLECTIVE_CALLS = re.compile(
 COLLECTIVE_LIBRARIES = re.compile(
     r"(?:^|/)(?:torch/distributed|torch/cuda/nccl|ray/util/collective|deepspeed/comm|megatron/core/parallel_state|"
     r"cupy/cuda/nccl|vllm/distributed|sglang/srt/distributed|nccl|gloo)")
+# A host thread waiting for its GPU to finish what was queued on it: torch.cuda.synchronize and the stream and event
+# waits beside it, CuPy's, JAX's block_until_ready. With NCCL (collectives run as GPU kernels, launched without
+# waiting) this is where the ranks of a hung collective sit; beside ranks waiting in a collective on the host
+# (gloo, a sync op) it is the rank whose GPU work does not finish.
+GPU_WAIT_CALLS = re.compile(r"^(?:synchronize|block_until_ready)$")
+GPU_WAIT_LIBRARIES = re.compile(r"(?:^|/)(?:torch/cuda/|cupy/|cupy_backends/|jax/|jaxlib/)")
 _THREAD = re.compile(r'^Thread (?P<tid>\S+) \((?P<status>[^)]*)\)(?:: "(?P<name>[^"]*)")?')
 _FRAME = re.compile(r"^\s+(?P<func>.+?) \((?P<file>[^():]+):(?P<line>\d+)\)\s*$")
 # Silent work a rank may do for minutes while the others wait for it: no hang, as long as its stack shows it working.
@@ -72,6 +78,10 @@ class Frame:
     @property
     def collective(self) -> bool:
         return bool(COLLECTIVE_CALLS.match(self.func.rsplit(".", 1)[-1]) and COLLECTIVE_LIBRARIES.search(self.file))
+
+    @property
+    def gpu_wait(self) -> bool:
+        return bool(GPU_WAIT_CALLS.match(self.func.rsplit(".", 1)[-1]) and GPU_WAIT_LIBRARIES.search(self.file))
 
 
 @dataclass(frozen=True)
@@ -119,7 +129,9 @@ class Place:
     """Where one rank is: in a collective (and which), elsewhere in Python (and where), or not known."""
 
     rank: RankStack
-    kind: str  # "collective", "working" (silent work, see WORK), "elsewhere", "stopped", "unknown"
+    # "collective", "gpu_wait" (its host thread waits for its GPU, GPU_WAIT_CALLS), "working" (silent work, see WORK),
+    # "elsewhere", "stopped", "unknown"
+    kind: str
     frame: Frame | None = None
     busy: bool = False  # py-spy saw it running (active), not waiting
     note: str = ""
@@ -128,6 +140,8 @@ class Place:
     def words(self) -> str:
         if self.kind == "collective" and self.frame:
             return f"waits in {self.frame.func.rsplit('.', 1)[-1]}"
+        if self.kind == "gpu_wait" and self.frame:
+            return f"waits for its GPU, in {self.frame.where}: work queued on the GPU does not finish"
         if self.kind == "stopped":
             return self.note
         if self.kind == "working" and self.frame:
@@ -159,6 +173,8 @@ def place_of(rank: RankStack) -> Place:
         work = _work_of(frame)
         if work is not None:
             return Place(rank, "working", frame, busy="active" in main.status, note=work)
+    if innermost is not None and innermost.gpu_wait:  # "active" here is the CUDA runtime spinning, not work
+        return Place(rank, "gpu_wait", innermost, busy=False)
     return Place(rank, "elsewhere", innermost, busy="active" in main.status)
 
 
@@ -215,14 +231,21 @@ def _calls(places: Sequence[Place]) -> str:
 def localize(ranks: Sequence[RankStack]) -> Localization:
     """The odd ranks out of `ranks`, and one sentence saying who and where the others wait."""
     places = tuple(place_of(r) for r in ranks)
-    waiting = tuple(p for p in places if p.kind == "collective")
+    in_collective = tuple(p for p in places if p.kind == "collective")
+    on_gpu = tuple(p for p in places if p.kind == "gpu_wait")
     stopped = tuple(p for p in places if p.kind == "stopped")
     elsewhere = tuple(p for p in places if p.kind in ("elsewhere", "working"))
     unknown = tuple(p for p in places if p.kind == "unknown")
+    # Ranks waiting for their GPU wait like those in a collective (an NCCL collective is a kernel on the GPU), unless
+    # others wait in a collective on the host: then the GPU wait is what those wait for (its work does not finish).
+    gpu_culprits = bool(in_collective and on_gpu and not stopped and not elsewhere)
+    waiting = in_collective if gpu_culprits else in_collective + on_gpu
     if stopped:
         culprits = stopped
     elif waiting and elsewhere:
         culprits = elsewhere
+    elif gpu_culprits:
+        culprits = on_gpu
     elif waiting and unknown:
         culprits = unknown  # every readable rank waits: the one whose stack could not be read is the odd one
     else:
@@ -233,6 +256,10 @@ def localize(ranks: Sequence[RankStack]) -> Localization:
         others = "1 other rank waits" if len(waiting) == 1 else f"{len(waiting)} other ranks wait"
         rest = f"; {others} in {_calls(waiting)}" if waiting else ""
         sentence = "; ".join(f"{who(p.rank)} {p.words}" for p in culprits) + rest
+    elif on_gpu and len(on_gpu) == len(places):
+        sentence = (f"all {len(places)} ranks Argus could see wait for their GPUs (in {_calls(on_gpu)}): the work "
+                    "queued there does not finish, an NCCL collective waiting for a rank or link not among them, or "
+                    "a GPU fault")
     elif waiting and len(waiting) == len(places):
         sentence = (f"all {len(places)} ranks Argus could see wait in {_calls(waiting)}: the rank holding them up "
                     "is not among them (another node, or the network)")

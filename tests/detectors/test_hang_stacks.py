@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from detectors.hang_stacks import RankStack, localize, parse_dump, place_of
+from detectors.hang_stacks import RankStack, judge, localize, parse_dump, place_of
 
 STACKS = Path(__file__).resolve().parents[1] / "fixtures" / "stacks"
 
@@ -72,3 +72,38 @@ def test_hostile_or_huge_dumps_are_read_without_error(text: str) -> None:
     found = localize([RankStack("r", None, None, text), WAITING])
     assert found.places and isinstance(found.sentence, str)
     assert found.as_json()["ranks"]
+
+
+def test_a_rank_waiting_for_its_gpu_is_the_one_a_host_collective_waits_for_on_real_gpu_dumps() -> None:
+    # bench/gpu_checks.py on an H200 (tests/fixtures/stacks/README.md): rank 0 blocks in torch.cuda.synchronize()
+    # behind a kernel that does not end, rank 1 waits for it in a gloo all_reduce.
+    stuck = RankStack("rank 0 pid 607", 607, "127.0.0.1", dump("h200_rank0_waits_for_its_gpu.txt"), gpu="0")
+    waits = RankStack("rank 1 pid 608", 608, "127.0.0.1", dump("h200_rank1_in_all_reduce.txt"), gpu="0")
+    assert place_of(stuck).kind == "gpu_wait" and not place_of(stuck).busy  # py-spy's "active" is the CUDA spin
+    found = localize([stuck, waits])
+    assert [c.rank.pid for c in found.culprits] == [607]
+    assert found.sentence == ("rank 0 pid 607 (node 127.0.0.1, GPU 0) waits for its GPU, in synchronize "
+                              "(__init__.py:1162): work queued on the GPU does not finish; 1 other rank waits in "
+                              "all_reduce")
+    call = judge([stuck, waits], [stuck, waits])
+    assert call.verdict == "hung" and call.localization.culprits[0].rank.pid == 607
+
+
+def test_ranks_all_waiting_for_their_gpus_are_a_hang_with_no_culprit_among_them_and_a_loader_among_them_is_one() -> None:
+    # With NCCL a collective is a GPU kernel: every rank of a hung collective sits in a GPU wait.
+    ranks = [RankStack(f"rank {i} pid {700 + i}", 700 + i, "10.0.0.5", dump("h200_rank0_waits_for_its_gpu.txt"))
+             for i in range(4)]
+    found = localize(ranks)
+    assert not found.culprits and len(found.waiting) == 4
+    assert found.sentence.startswith("all 4 ranks Argus could see wait for their GPUs (in synchronize)")
+    assert judge(ranks, ranks).verdict == "hung"
+    spinning = rank(4001, "gloo_rank1_spinning.txt")
+    found = localize([*ranks[:3], spinning])
+    assert [c.rank.pid for c in found.culprits] == [4001] and len(found.waiting) == 3
+
+
+def test_native_frames_are_not_python_frames() -> None:
+    # py-spy --native adds library frames without a line ("cuCtxSynchronize_v2 (libcuda.so...)"): the Python frames
+    # still place the rank.
+    stuck = RankStack("rank 0", 607, None, dump("h200_rank0_waits_for_its_gpu_native.txt"))
+    assert place_of(stuck).kind == "gpu_wait"
