@@ -3,11 +3,18 @@
 `argus serve` runs it under uvicorn in the foreground; `argus demo` runs the same object with uvicorn in a
 thread, so the demo shows exactly what a deployment does. Nothing here sets up logging (the entry points
 do) or reads the environment (the Settings passed in are the whole configuration).
+
+With `leader_election` several replicas share one database: each serves the API, and the loop (with its chores and
+the recovery of interrupted remediation) runs only on the replica holding the leader lease (argus/leader.py). A
+replica that loses the lease calls `on_deposed`, by default exiting the process (the service manager restarts it
+as a follower), so nothing of an old tenure runs beside the new leader.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
@@ -19,6 +26,7 @@ if TYPE_CHECKING:  # the modules load in start(): `argus --help` stays quick
     from argus.exporter import ArgusMetrics
     from argus.incidents.bus import EventBus
     from argus.incidents.desk import IncidentDesk
+    from argus.leader import LeaderElector
     from argus.notify.dispatcher import Dispatcher
     from argus.reports import ReportService
     from argus.store.store import Store
@@ -28,9 +36,14 @@ if TYPE_CHECKING:  # the modules load in start(): `argus --help` stays quick
 class ArgusService:
     """Build with settings, `start()` the background parts, serve `app`, `stop()` on the way out."""
 
-    def __init__(self, settings: Settings, *, public_url: str | None = None) -> None:
+    def __init__(self, settings: Settings, *, public_url: str | None = None,
+                 on_deposed: Callable[[str], None] | None = None) -> None:
+        """`on_deposed`: what a replica does when it loses the leader lease (default: exit with code 75, so the
+        service manager starts it again as a follower)."""
         self.settings = settings
         self.public_url = public_url or f"http://{settings.api_host}:{settings.api_port}"
+        self.on_deposed = on_deposed or _exit_deposed
+        self.elector: LeaderElector | None = None
         # Set by start(); None before it (and after a failed start, for what it did not reach).
         self.store: Store | None = None
         self.app: FastAPI | None = None
@@ -73,7 +86,8 @@ class ArgusService:
         reports.start()
         self.control = control = build_control(settings, store)
         self.remediator = remediator = build_remediator(settings, store, control, metrics=metrics, reports=reports)
-        remediator.recover()  # steps a crash left running: finished, re-run when safe, or reported
+        if not settings.leader_election:  # else the elected leader does it (a follower must not touch steps)
+            remediator.recover()  # steps a crash left running: finished, re-run when safe, or reported
         self.incidents = incidents = build_incidents(
             settings, store, events=events, public_url=public, metrics=metrics, reports=reports,
             remediator=remediator, dispatcher=dispatcher, links=links)
@@ -85,19 +99,44 @@ class ArgusService:
             chores["node agents"] = (fleet.ensure, 30.0)
         # the detectors' state lives in the store: a restart neither forgets a hang nor restarts an idle window
         pipeline = build_pipeline(settings, incidents, metrics=metrics, memory=store.detector_state, agents=inbox)
-        self.daemon = Daemon(pipeline, interval_s=settings.poll_interval_s, chores=chores)
+        self.daemon = daemon = Daemon(pipeline, interval_s=settings.poll_interval_s, chores=chores)
+        health: Callable[[], dict[str, Any]] = pipeline.health
+        if settings.leader_election:
+            from argus.leader import LeaderElector, default_replica_id
+
+            def lead(term: int) -> None:
+                remediator.recover()  # the steps the last leader left running: finished, re-run when safe, reported
+                daemon.start()
+
+            self.elector = elector = LeaderElector(
+                store.leases, replica=settings.replica_id or default_replica_id(), on_elected=lead,
+                on_deposed=self.on_deposed, ttl_s=settings.lease_ttl_s, renew_s=settings.lease_renew_s)
+
+            def health() -> dict[str, Any]:
+                seen = elector.view()
+                return {**pipeline.health(), "replica": {"id": seen.replica, "role": "leader" if seen.leader
+                                                         else "follower", "leader": seen.holder, "term": seen.term,
+                                                         "lease_error": seen.last_error}}
         # The web page's sessions are signed with a secret kept in the data dir: they survive a restart.
-        app = create_app(store=store, incidents=incidents, health_provider=pipeline.health, metrics=metrics,
+        app = create_app(store=store, incidents=incidents, health_provider=health, metrics=metrics,
                          control=control, remediator=remediator, approval_links=links,
-                         web=WebUi(Sessions(secret_in(settings.data_dir))), node_agents=inbox)
+                         web=WebUi(Sessions(secret_in(settings.data_dir))), node_agents=inbox,
+                         leader=self.elector.view if self.elector else None)
         self.app = app
-        self.daemon.start()
+        if self.elector is not None:
+            self.elector.start()  # the loop starts when this replica is elected
+        else:
+            daemon.start()
         return app
 
     def stop(self, *, reports_timeout_s: float = 30.0) -> None:
         """Stop what start() started, in reverse; safe after a failed or partial start."""
+        if self.elector is not None:
+            self.elector.stop()  # no election from here on, so the loop cannot start after it stops
         if self.daemon is not None:
             self.daemon.stop()
+        if self.elector is not None:
+            self.elector.resign()  # nothing of this tenure runs now: a follower may take over at once
         if self.reports is not None:
             self.reports.stop(timeout_s=reports_timeout_s)
         if self.events is not None:
@@ -106,3 +145,12 @@ class ArgusService:
             self.dispatcher.close()
         if self.store is not None:
             self.store.close()
+
+
+def _exit_deposed(why: str) -> None:
+    # A replica that lost the lease may still have a tick or a step under way: ending the process is the one sure
+    # way that none of it runs beside the new leader. EX_TEMPFAIL: the service manager starts it again.
+    from loguru import logger
+
+    logger.critical("this replica lost the leader lease ({}): exiting so that a fresh start follows", why)
+    os._exit(75)

@@ -160,6 +160,15 @@ class Settings(BaseSettings):
     # the API
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8600, ge=1, le=65535)
+    leader_election: bool = Field(
+        default=False,
+        description="run as one of several replicas sharing database_url (PostgreSQL): the replica holding a lease "
+        "in the store runs the loop, chores and remediation, the others serve the API and take over when it lapses",
+    )
+    lease_ttl_s: float = Field(default=10.0, ge=3, le=300, description="how long the leader's lease lasts unrenewed")
+    lease_renew_s: float = Field(default=2.0, gt=0, le=60, description="how often replicas take or renew the lease")
+    replica_id: str | None = Field(default=None, max_length=128,
+                                   description="this replica's name in the lease; default: <hostname>-<pid>")
 
     log_level: str = "INFO"
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from argus.agents.inbox import AgentInbox
 from argus.api.auth import require
 from argus.api.errors import error_body
+from argus.api.health import leads
 from argus.store.tokens import Role
 from collectors.agent_gpus import PER_GPU_LABELS, GpuReading
 from collectors.ray_logs import AgentLineRecord
@@ -79,6 +80,10 @@ def inbox_of(request: Request) -> AgentInbox:
 @router.post("/batch", dependencies=[Depends(require(Role.NODE_AGENT))])
 def take_batch(request: Request, batch: Annotated[Batch, Body()]) -> Any:
     inbox = inbox_of(request)
+    if not leads(request):  # only the leader's loop reads the inbox: the agent keeps the batch and tries again
+        return JSONResponse(error_body("NotLeader", "this Argus replica does not run the loop",
+                                       "point node_agent_url at the leader (GET /v1/leader answers 200 there)"),
+                            status_code=503, headers={"Retry-After": "2"})
     lines = [AgentLineRecord(file=x.file, line=x.line, text=x.text, truncated=x.truncated, line_time=x.line_time,
                              history=x.history) for x in batch.lines]
     stats = {k: v for k, v in batch.agent.items() if isinstance(v, (int, float, str, bool)) or v is None}

@@ -23,6 +23,7 @@ from argus.web.ui import WebUi
 if TYPE_CHECKING:
     from argus.agents.inbox import AgentInbox
     from argus.approval_links import ApprovalLinks
+    from argus.leader import LeaderView
     from argus.store.store import Store
     from remediation.runner import Remediator
 
@@ -39,10 +40,12 @@ def create_app(
     web: WebUi | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     node_agents: AgentInbox | None = None,
+    leader: Callable[[], LeaderView] | None = None,
 ) -> FastAPI:
     """The API. Without `control` the job, node and ops routes answer 503 (NotConfigured), as the remediation
     routes do without `remediator`. `incidents`: the desk that files and resolves incidents and tells its
-    subscribers; by default one over `store` that tells nobody. Routes read these through argus/api/state.py."""
+    subscribers; by default one over `store` that tells nobody. `leader`: this replica's view of the leader lease
+    (argus/leader.py), None for a single replica. Routes read these through argus/api/state.py."""
     app = FastAPI(
         title="Argus",
         version=__version__,
@@ -55,6 +58,7 @@ def create_app(
     app.state.incidents = incidents or IncidentDesk(store, correlator=Correlator(store))
     app.state.approval_links = approval_links
     app.state.agents = node_agents
+    app.state.leader = leader
     errors.install(app)
     install_audit(app)
     # Health and /metrics are open (liveness probes, Prometheus scrapes; see argus/api/auth.py).

@@ -428,3 +428,24 @@ class DeliveryRecord:
     error: str | None
     at: datetime
     detail: dict[str, Any]
+
+
+LEASE_NAME_MAX = 64
+LEASE_HOLDER_MAX = 128
+
+
+class LeaseRow(Base):
+    """Who holds a named lease (the replica that runs Argus's loop) and until when; argus/store/leases.py.
+
+    `term` counts the holders: it goes up by one each time another replica takes the lease, so a replica can tell
+    its own earlier tenure from a new one (the term is in the log lines and /v1/health).
+    """
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(CleanString(LEASE_NAME_MAX), primary_key=True)
+    holder: Mapped[str] = mapped_column(CleanString(LEASE_HOLDER_MAX))
+    term: Mapped[int] = mapped_column(Integer)
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    renewed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,11 +1,12 @@
 """The store: findings deduplicated into incidents, actions, reports, API tokens, the audit log,
-notification deliveries and detector state, in SQLite or PostgreSQL.
+notification deliveries, detector state and leases, in SQLite or PostgreSQL.
 
 Store opens the database (migrating it, or checking its revision) and hands out one repository per
 aggregate, sharing its engine and clock: `incidents` (with their findings), `actions`, `reports`,
 `tokens`, `audit_log`, `deliveries`, `detector_state` (the core.ports.DetectorMemory that wiring hands
-to the stateful detectors), and `nodes()`. Its methods are the names the rest of Argus calls
-(core.ports, argus.pipeline.IncidentSink, the API, the runner), each handed to its repository.
+to the stateful detectors), `leases` (which replica leads, argus/leader.py) and `nodes()`. Its methods
+are the names the rest of Argus calls (core.ports, argus.pipeline.IncidentSink, the API, the runner),
+each handed to its repository.
 
 One Store is shared by the API and the daemon loop, from different threads: every call opens its own
 short transaction. Every database error leaves here as one of core.errors, with the password masked.
@@ -26,6 +27,7 @@ from argus.store.audit import AuditRepository
 from argus.store.deliveries import DeliveryRepository
 from argus.store.detector_state import DetectorStateRepository
 from argus.store.incidents import MAX_FINDINGS_PER_INCIDENT, IncidentRepository, Recorded
+from argus.store.leases import LeaseRepository
 from argus.store.models import DeliveryRecord
 from argus.store.nodes import SqlNodeRegistry
 from argus.store.reports import ReportRepository
@@ -68,6 +70,7 @@ class Store:
         self.audit_log = AuditRepository(self._engine, clock=clock)
         self.deliveries = DeliveryRepository(self._engine, clock=clock)
         self.detector_state = DetectorStateRepository(self._engine, clock=clock)
+        self.leases = LeaseRepository(self._engine, clock=clock)
         logger.debug("incident store ready at {}", self.address)
 
     @property
