@@ -1,6 +1,8 @@
 """Two real `argus serve` replicas on one PostgreSQL database (a fresh one on the server at 127.0.0.1:5432): one
 leads, the other serves the API and takes over within 15 s of the leader being SIGKILLed; a replica stopped cleanly
-gives the lease up at once."""
+gives the lease up at once. And on the session's real Ray cluster: a worker running a job's rank is killed, and the
+leader is SIGKILLed while it runs the lost node's resubmit step; the follower takes over, and the job is resubmitted
+exactly once."""
 
 from __future__ import annotations
 
@@ -15,9 +17,18 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from argus.store.store import Store
+from control.local import LocalRunner
+from core.types import ActionState
+from detectors.lost_node import LostNodeDetector
+from remediation.actions import Context
+from remediation.policy import Mode
+from remediation.runner import Remediator
 from stage.localstack.ports import free_port
+from tests.helpers import wait_until
+from tests.remediation.test_remediation_real import Env, check_recovered, scenario
 from tests.store.conftest import _postgres_url
 
 pytestmark = pytest.mark.postgres
@@ -29,13 +40,19 @@ def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
     yield from _postgres_url(request)
 
 
-def replica_env(tmp_path: Path, db: str, name: str) -> dict[str, str]:
+def replica_env(tmp_path: Path, db: str, name: str, **more: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}
     env.update({"ARGUS_DATA_DIR": str(tmp_path / name), "ARGUS_DATABASE_URL": db,
                 "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9", "ARGUS_POLL_INTERVAL_S": "0.5",
                 "ARGUS_REQUEST_TIMEOUT_S": "1", "ARGUS_LEADER_ELECTION": "true", "ARGUS_LEASE_TTL_S": "10",
-                "ARGUS_LEASE_RENEW_S": "2", "ARGUS_REPLICA_ID": name})
+                "ARGUS_LEASE_RENEW_S": "2", "ARGUS_REPLICA_ID": name, "PYTHONUNBUFFERED": "1", **more})
     return env
+
+
+def serve(tmp_path: Path, db: str, name: str, port: int, **more: str) -> subprocess.Popen[str]:
+    log = (tmp_path / f"{name}.log").open("w")
+    return subprocess.Popen([*ARGUS, "serve", "--port", str(port)], env=replica_env(tmp_path, db, name, **more),
+                            stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
 def leader_of(port: int) -> tuple[int, dict[str, Any]] | None:
@@ -103,3 +120,80 @@ def test_the_follower_takes_over_within_15_s_of_the_leader_being_killed(tmp_path
             if proc.poll() is None:
                 proc.kill()
             proc.communicate(timeout=30)
+
+
+class PgEnv(Env):
+    """The remediation tests' job, cluster and detection (tests/remediation/test_remediation_real.py), on the
+    replicas' PostgreSQL store."""
+
+    def __init__(self, ray_cluster: Any, tmp_path: Path, url: str) -> None:
+        super().__init__(ray_cluster, tmp_path, Mode.AUTO)
+        self.store.close()
+        self.store = Store(url)
+        self.ctx = Context(jobs=self.jobs, registry=self.store.nodes(), nodes=None,
+                           dashboard_url=ray_cluster.dashboard_url, gcs_address=ray_cluster.gcs_address,
+                           local=LocalRunner(), store=self.store)
+        self.remediator = Remediator(self.store, self.policy, self.ctx)  # plans only: the replicas run the steps
+        from argus.incidents.desk import IncidentDesk
+        from argus.pipeline import Pipeline
+        from collectors.ray_state import RayStateCollector
+
+        self.pipeline = Pipeline(collectors=[RayStateCollector(ray_cluster.dashboard_url, timeout_s=10)],
+                                 detectors=[LostNodeDetector(lookback_s=30)], incidents=IncidentDesk(self.store))
+
+
+@pytest.mark.ray
+def test_a_leader_killed_mid_resubmit_hands_over_and_the_job_is_resubmitted_exactly_once(
+        ray_cluster: Any, ray_faults: Any, tmp_path: Path, pg_url: str) -> None:
+    env = PgEnv(ray_cluster, tmp_path, pg_url)
+    policy = tmp_path / "policy.yaml"  # the built-in policy with the remediation tests' guards (no backoff)
+    policy.write_text(yaml.safe_dump(env.policy.model_dump(mode="json")))
+    cluster = {"ARGUS_RAY_DASHBOARD_URL": ray_cluster.dashboard_url, "ARGUS_RAY_GCS_ADDRESS": ray_cluster.gcs_address,
+               "ARGUS_SHARED_ROOT": str(env.shared), "ARGUS_REMEDIATION_POLICY": str(policy),
+               "ARGUS_REMEDIATION_MODE": "approval",  # their own incidents wait; the test's plan is approved
+               "ARGUS_REMEDIATION_INTERVAL_S": "0.3", "ARGUS_POLL_INTERVAL_S": "1", "ARGUS_REQUEST_TIMEOUT_S": "10"}
+    ports = {"a": free_port(), "b": free_port()}
+    procs: dict[str, subprocess.Popen[str]] = {}
+    try:
+        procs["a"] = serve(tmp_path, pg_url, "a", ports["a"], **cluster)
+        wait_for("replica a to lead", lambda: (leader_of(ports["a"]) or (0, {}))[0] == 200)
+        procs["b"] = serve(tmp_path, pg_url, "b", ports["b"], **cluster)
+        wait_for("replica b to follow", lambda: (leader_of(ports["b"]) or (0, {}))[0] == 503)
+
+        incident, sid, _ = scenario(env, ray_faults)
+        planned = env.remediator.plan(incident)
+        assert [a.state for a in planned] == [ActionState.APPROVED] * 3
+
+        def resubmit_running() -> bool:
+            return any(a.kind == "resubmit_job" and a.state is ActionState.RUNNING
+                       for a in env.store.list_actions(incident.id))
+
+        wait_until("the leader to be inside the resubmit step", resubmit_running, timeout=180, interval=0.05)
+        procs["a"].send_signal(signal.SIGKILL)  # the leader dies mid-step: the step stays RUNNING in the store
+        killed_at = time.monotonic()
+        wait_for("replica b to lead", lambda: (leader_of(ports["b"]) or (0, {}))[0] == 200, timeout_s=30)
+        took = time.monotonic() - killed_at
+        print(f"takeover mid-resubmit: {took:.1f} s")
+        assert took <= 15, took
+
+        def settled() -> list[Any] | None:
+            actions = env.store.list_actions(incident.id)
+            return actions if all(a.state not in (ActionState.APPROVED, ActionState.RUNNING) for a in actions) \
+                else None
+
+        actions = wait_until("the new leader to finish the plan", settled, timeout=180, interval=0.5)
+        check_recovered(env, actions, sid, incident.subject.id)
+        resubmits = sorted(j.submission_id for j in env.jobs.list() if j.submission_id.startswith(f"{sid}-r"))
+        assert resubmits == [f"{sid}-r1"]  # exactly one new job, whether or not the killed leader had submitted it
+        resubmit = next(a for a in actions if a.kind == "resubmit_job")
+        assert "interrupted by a restart" in str(resubmit.result.get("recovered")), resubmit.result
+        assert "replica b leads (term 2)" in (tmp_path / "b.log").read_text()
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        env.stop_all()
