@@ -89,7 +89,7 @@ def test_a_rank_waiting_for_its_gpu_is_the_one_a_host_collective_waits_for_on_re
     assert call.verdict == "hung" and call.localization.culprits[0].rank.pid == 607
 
 
-def test_ranks_all_waiting_for_their_gpus_are_a_hang_with_no_culprit_among_them_and_a_loader_among_them_is_one() -> None:
+def test_ranks_all_waiting_for_their_gpus_are_a_hang_with_no_culprit_and_a_spinning_rank_among_them_is_one() -> None:
     # With NCCL a collective is a GPU kernel: every rank of a hung collective sits in a GPU wait.
     ranks = [RankStack(f"rank {i} pid {700 + i}", 700 + i, "10.0.0.5", dump("h200_rank0_waits_for_its_gpu.txt"))
              for i in range(4)]

@@ -197,3 +197,4 @@ def test_a_leader_killed_mid_resubmit_hands_over_and_the_job_is_resubmitted_exac
             except subprocess.TimeoutExpired:
                 proc.kill()
         env.stop_all()
+
