@@ -27,7 +27,7 @@ are long, unbounded in number, and sometimes carry secrets.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import timedelta
 from typing import Protocol
 
@@ -49,11 +49,13 @@ from detectors.stall import JobProgress
 
 
 class IncidentLister(Protocol):
-    """What refresh_incidents reads: pages of incidents in one state, newest first (argus.store.store.Store
-    has it; so does the incident desk's store)."""
+    """What refresh_incidents reads: counts per category and the newest incidents in some states
+    (argus.store.store.Store has both)."""
+
+    def count_incidents(self, states: Collection[IncidentState]) -> dict[str, int]: ...  # pragma: no cover
 
     def list_incidents(
-        self, *, state: IncidentState | str | None = None, limit: int = 100, offset: int = 0
+        self, *, states: Collection[IncidentState] | None = None, limit: int = 100, offset: int = 0
     ) -> list[Incident]: ...  # pragma: no cover
 
 
@@ -68,7 +70,6 @@ ACTION_OUTCOMES = tuple(s.value for s in (ActionState.SUCCEEDED, ActionState.FAI
 MAX_OPEN_INCIDENT_SERIES = 500
 _LABEL_MAX_CHARS = 200  # incident attrs can come from alert labels: a hostile one must not bloat every scrape
 _JOB_LABELS = ("submission_id", "job_id", "node_ip", "node_id", "owner")
-_PAGE = 1000  # the store's largest page
 
 
 class ArgusMetrics:
@@ -241,24 +242,12 @@ class ArgusMetrics:
                 self.job_step_interval.labels(submission_id).set(job.interval_s)
 
     def refresh_incidents(self, store: IncidentLister) -> None:
-        """Count not-resolved incidents per category from the store (paged; cheap for normal counts) and
-        replace the annotation series with the newest of them: resolved incidents disappear."""
-        counts: dict[str, int] = {}
-        newest: list[Incident] = []
-        for state in (IncidentState.OPEN, IncidentState.MITIGATING):
-            offset = 0
-            while True:
-                page = store.list_incidents(state=state, limit=_PAGE, offset=offset)
-                for incident in page:
-                    counts[incident.category.value] = counts.get(incident.category.value, 0) + 1
-                if offset == 0:  # newest first: the first page of each state holds the newest
-                    newest.extend(page[:MAX_OPEN_INCIDENT_SERIES])
-                if len(page) < _PAGE:
-                    break
-                offset += _PAGE
-        self.set_incidents_open(counts)
-        newest.sort(key=lambda i: (i.detected_at, i.id), reverse=True)
-        self.set_open_incidents(newest[:MAX_OPEN_INCIDENT_SERIES])
+        """Count not-resolved incidents per category in the store (one GROUP BY: an alert storm's thousands of open
+        incidents are not read one by one on every event) and replace the annotation series with the newest of
+        them: resolved incidents disappear."""
+        still_open = (IncidentState.OPEN, IncidentState.MITIGATING)
+        self.set_incidents_open(store.count_incidents(still_open))
+        self.set_open_incidents(store.list_incidents(states=still_open, limit=MAX_OPEN_INCIDENT_SERIES))
 
     def set_open_incidents(self, incidents: Iterable[Incident]) -> None:
         """One annotation series per incident given (the caller keeps it to the open ones)."""

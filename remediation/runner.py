@@ -170,24 +170,34 @@ class Remediator:
     # -- running ------------------------------------------------------------------------------------------------
 
     def run_pending(self) -> list[Action]:
-        """Run every step that is approved (or a dry run), due, and next in its incident; return what ran."""
-        actions = self.store.list_actions()
+        """Run every step that is approved (or a dry run), due, and next in its incident; return what ran.
+
+        Reads the steps still open and those that changed within the guards' longest window (a day, or
+        min_drain_interval_s if longer), not every step ever taken; a step that ran is updated in place, so the next
+        step of its plan may run in the same pass."""
+        horizon = timedelta(seconds=max(86400.0, self.policy.guards.min_drain_interval_s))
+        actions = {a.id: a for a in self.store.list_actions(updated_since=self.clock() - horizon,
+                                                            or_states=OPEN_STATES)}
+        plans: dict[tuple[str | None, str], list[str]] = {}
+        for a in actions.values():
+            plans.setdefault(_plan_of(a), []).append(a.id)
         ran = []
-        for action in actions:
+        for action in list(actions.values()):
             runnable = action.state is ActionState.APPROVED or (action.state is ActionState.PLANNED and action.dry_run)
-            if not runnable or action.incident_id is None or self._earlier_open(action, actions):
+            if not runnable or action.incident_id is None or self._earlier_open(action, actions, plans):
                 continue
-            result = self._run(action, actions)
+            # a dry run passes every guard: the history is built only for a step that changes something
+            result = self._run(action, [] if action.dry_run else list(actions.values()))
             if result is not None:
                 ran.append(result)
-                actions = self.store.list_actions()
+                actions[result.id] = result
         return ran
 
-    def _earlier_open(self, action: Action, actions: list[Action]) -> bool:
+    def _earlier_open(self, action: Action, actions: dict[str, Action],
+                      plans: dict[tuple[str | None, str], list[str]]) -> bool:
         step = action.result.get("step", 0)
-        return any(a.incident_id == action.incident_id and a.idempotency_key.rsplit(":", 2)[0]
-                   == action.idempotency_key.rsplit(":", 2)[0] and a.result.get("step", 0) < step
-                   and a.state in OPEN_STATES for a in actions)
+        return any(actions[i].result.get("step", 0) < step and actions[i].state in OPEN_STATES
+                   for i in plans.get(_plan_of(action), ()))
 
     def _run(self, action: Action, history: list[Action]) -> Action | None:
         incident = self.store.get_incident(action.incident_id)
@@ -307,3 +317,8 @@ class Remediator:
             except Exception as exc:  # noqa: BLE001 - counting and reporting must not break acting
                 logger.warning("step-final hook failed for {}: {}", action.id, exc)
 
+
+
+def _plan_of(action: Action) -> tuple[str | None, str]:
+    """The plan a step belongs to: its incident and its idempotency key without the step's own part."""
+    return action.incident_id, action.idempotency_key.rsplit(":", 2)[0]

@@ -1,9 +1,10 @@
 """Who may call what: bearer tokens with roles, and the audit log of every mutating call.
 
 Routes declare the role they need with `Depends(require(Role.X))` (or on a router's `dependencies`).
-`GET /v1/health` and `GET /metrics` stay open on purpose: load balancers and supervisors probe
-liveness without credentials, and Prometheus scrapes without them. Neither may carry secrets: health
-says which sources are unreachable (addresses with passwords masked), metrics carry counts and ids.
+`GET /v1/health`, `GET /v1/leader` and `GET /metrics` stay open on purpose: load balancers and supervisors
+probe liveness (and which replica leads) without credentials, and Prometheus scrapes without them. None may
+carry secrets: health says which sources are unreachable (addresses with passwords masked), leader names
+replicas, metrics carry counts and ids.
 
 `install_audit(app)` records every POST, PUT, PATCH and DELETE, refused ones included, with the token's
 name and role (or "anonymous"), method, path, target (the path parameters), the status and its outcome.

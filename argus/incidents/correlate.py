@@ -54,10 +54,13 @@ class Correlator:
         self.window = timedelta(seconds=window_s)
         self._clock = clock
 
-    def _open(self, categories: frozenset[Category]) -> Iterable[Incident]:
+    def _open(self, categories: frozenset[Category], **narrow: Any) -> Iterable[Incident]:
+        """Open incidents of `categories` seen within the window, narrowed in the store (`not_subject_kind`,
+        `mentions`: see Store.list_incidents); callers check what they need on what comes back."""
         since = self._clock() - self.window
         for state in (IncidentState.OPEN, IncidentState.MITIGATING):
-            for incident in self.store.list_incidents(state=state, since=since, limit=1000):
+            for incident in self.store.list_incidents(state=state, since=since, limit=1000, categories=categories,
+                                                      **narrow):
                 if incident.category in categories:
                     yield incident
 
@@ -67,14 +70,20 @@ class Correlator:
         An echo belongs to a root cause of the jobs it touches; a root cause belongs to an open incident
         of the same category about the same jobs (one fault seen twice: Ray's node state and the job's log).
         """
+        jobs = finding_jobs(finding)
+        if not jobs and self.store.find_open(finding.fingerprint) is not None:
+            # A repeat of a fault whose own incident is open (an alert Alertmanager sends again, a log line seen
+            # again): filing it under another incident would have closed that one (merged), and no job links it to
+            # a root cause, so it stays where it is. One indexed read instead of scanning the open incidents.
+            return None
         absorbed = [
-            i for i in self._open(ROOT_CAUSES | ECHOES) if finding.fingerprint in (i.attrs.get("echoes") or [])
+            i for i in self._open(ROOT_CAUSES | ECHOES, mentions=finding.fingerprint)
+            if finding.fingerprint in (i.attrs.get("echoes") or [])
         ]
         if absorbed:  # this fingerprint was already filed under another incident: keep filing it there
             return min(absorbed, key=lambda i: i.first_seen)
         if (struck := self._incident_naming_node(finding)) is not None:
             return struck
-        jobs = finding_jobs(finding)
         if not jobs:
             return None
         if finding.category in ECHOES:
@@ -93,7 +102,7 @@ class Correlator:
             return None
         node = finding.subject.id
         named = [
-            i for i in self._open(frozenset({finding.category}))
+            i for i in self._open(frozenset({finding.category}), not_subject_kind=SubjectKind.NODE)
             if i.fingerprint != finding.fingerprint and i.subject.kind is not SubjectKind.NODE
             and node in self.struck_nodes(i)
         ]

@@ -14,7 +14,7 @@ remediation plans, the opened counter) does not treat it as new; see Remediation
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
@@ -56,8 +56,12 @@ class IncidentStore(Protocol):
 
     def list_incidents(
         self, *, state: IncidentState | str | None = None, since: datetime | None = None, limit: int = 100,
-        offset: int = 0,
+        offset: int = 0, states: Collection[IncidentState] | None = None,
+        categories: Collection[Category] | None = None, not_subject_kind: SubjectKind | None = None,
+        mentions: str | None = None,
     ) -> list[Incident]: ...  # pragma: no cover
+
+    def count_incidents(self, states: Collection[IncidentState]) -> dict[str, int]: ...  # pragma: no cover
 
 
 class Outcome(str, Enum):
@@ -142,12 +146,14 @@ class IncidentDesk:
         else the newest that holds any finding about that job."""
         since = finding.detected_at - timedelta(seconds=max(self.reopen_window_s, 3600.0))
         fingerprint = finding.fingerprint
-        recent = [i for i in self.store.list_incidents(since=since, limit=1000) if not i.attrs.get("merged_into")]
-        for incident in recent:
+        for incident in self.store.list_incidents(since=since, limit=1000, mentions=fingerprint):
+            if incident.attrs.get("merged_into"):
+                continue
             if incident.fingerprint == fingerprint or fingerprint in (incident.attrs.get("echoes") or []):
                 return incident
         if not finding.attrs.get(keys.JOB_ENDED):
             return None
+        recent = [i for i in self.store.list_incidents(since=since, limit=1000) if not i.attrs.get("merged_into")]
         # An ended job's late line under another category than its end was told in (the FAILED message matched no
         # signature, the line names the lost node): the incident that told the job's end holds it.
         job = finding.subject.id
@@ -199,7 +205,7 @@ class IncidentDesk:
         category filed under it. An echo of another category ending (an NCCL error under a lost node) says nothing
         of whether the root cause has."""
         for state in (IncidentState.OPEN, IncidentState.MITIGATING):
-            for incident in self.store.list_incidents(state=state, limit=1000):
+            for incident in self.store.list_incidents(state=state, limit=1000, mentions=fingerprint):
                 if fingerprint not in (incident.attrs.get("echoes") or []):
                     continue
                 if any(f.fingerprint == fingerprint and f.category is incident.category

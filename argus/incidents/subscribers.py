@@ -6,7 +6,8 @@ bus's workers, one worker each, so none of them can hold up detection or another
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
@@ -108,18 +109,25 @@ class RemediationSubscriber:
 
 
 class MetricsSubscriber:
-    """Counts opened incidents (wherever they came from) and keeps the open-incident series current."""
+    """Counts opened incidents (wherever they came from) and keeps the open-incident series current: refreshed at
+    most every `refresh_every_s`, so a storm of thousands of events reads the store a few times, not thousands; the
+    loop refreshes them after every tick too (argus/wiring.py), so a change is seen a tick later at the latest."""
 
     name = "metrics"
 
-    def __init__(self, metrics: ArgusMetrics, store: Any) -> None:
+    def __init__(self, metrics: ArgusMetrics, store: Any, *, refresh_every_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.metrics = metrics
         self.store = store
+        self.refresh_every_s = refresh_every_s
+        self._clock = clock
+        self._refreshed_at = float("-inf")
 
     def receive(self, event: IncidentEvent) -> None:
         if event.kind is EventKind.OPENED:
             self.metrics.incident_opened(event.incident)
-        if event.kind in LIFECYCLE:
+        if event.kind in LIFECYCLE and self._clock() - self._refreshed_at >= self.refresh_every_s:
+            self._refreshed_at = self._clock()
             try:
                 self.metrics.refresh_incidents(self.store)
             except Exception as exc:  # the store being busy: the next tick refreshes them again

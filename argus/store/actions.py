@@ -4,11 +4,11 @@ under a row lock, so of two runners claiming one action exactly one wins.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, or_, select
 from sqlalchemy.orm import Session
 
 from argus.store.columns import jsonable
@@ -51,7 +51,7 @@ class ActionRepository:
             return saved(s, row).to_domain()
 
     def get(self, action_id: str) -> Action:
-        with transaction(self._engine, "reading an action") as s:
+        with transaction(self._engine, "reading an action", read_only=True) as s:
             return _action_row(s, action_id).to_domain()
 
     def update(self, action_id: str, state: ActionState | str, result: dict[str, Any] | None = None) -> Action:
@@ -84,10 +84,16 @@ class ActionRepository:
             row.updated_at = self._clock()
             return saved(s, row).to_domain()
 
-    def list(self, incident_id: str | None = None) -> list[Action]:
-        """Actions, oldest first; only those of `incident_id` when given."""
+    def list(self, incident_id: str | None = None, *, updated_since: datetime | None = None,
+             or_states: Collection[ActionState] = ()) -> list[Action]:
+        """Actions, oldest first; only those of `incident_id` when given; with `updated_since`, only those changed
+        since then or in one of `or_states` (the runner's view: open steps and the guards' recent history)."""
         query = select(ActionRow).order_by(ActionRow.created_at, ActionRow.id)
-        with transaction(self._engine, "listing actions") as s:
+        if updated_since is not None:
+            recent = ActionRow.updated_at >= updated_since
+            query = query.where(or_(recent, ActionRow.state.in_([s.value for s in or_states])) if or_states
+                                else recent)
+        with transaction(self._engine, "listing actions", read_only=True) as s:
             if incident_id is not None:
                 incident_row(s, incident_id)
                 query = query.where(ActionRow.incident_id == incident_id)

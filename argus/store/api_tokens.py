@@ -97,7 +97,7 @@ class TokenRepository:
 
     def list(self) -> list[TokenRecord]:
         """Every token, revoked and expired ones too, oldest first."""
-        with transaction(self._engine, "listing tokens") as s:
+        with transaction(self._engine, "listing tokens", read_only=True) as s:
             rows = s.scalars(select(ApiTokenRow).order_by(ApiTokenRow.created_at, ApiTokenRow.id))
             return [row.to_domain() for row in rows]
 

@@ -50,5 +50,5 @@ class AuditRepository:
         if since is not None:
             query = query.where(AuditRow.at >= since)
         query = query.order_by(AuditRow.at.desc(), AuditRow.id.desc()).limit(limit)
-        with transaction(self._engine, "reading the audit log") as s:
+        with transaction(self._engine, "reading the audit log", read_only=True) as s:
             return [row.to_domain() for row in s.scalars(query)]

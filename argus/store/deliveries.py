@@ -48,7 +48,7 @@ class DeliveryRepository:
     def last_sent_at(self, incident_id: str, channel: str) -> datetime | None:
         """When `channel` was last told anything about the incident (a successful delivery), None if never: the
         dispatcher's renotify limit for flapping incidents, which survives a restart."""
-        with transaction(self._engine, "reading the last notification delivery") as s:
+        with transaction(self._engine, "reading the last notification delivery", read_only=True) as s:
             query = (select(DeliveryRow.at).where(DeliveryRow.incident_id == incident_id)
                      .where(DeliveryRow.channel == channel[:64]).where(DeliveryRow.ok.is_(True))
                      .order_by(DeliveryRow.at.desc()).limit(1))
@@ -61,5 +61,5 @@ class DeliveryRepository:
         if incident_id is not None:
             query = query.where(DeliveryRow.incident_id == incident_id)
         query = query.order_by(DeliveryRow.at.desc(), DeliveryRow.id.desc()).limit(limit)
-        with transaction(self._engine, "listing notification deliveries") as s:
+        with transaction(self._engine, "listing notification deliveries", read_only=True) as s:
             return [row.to_domain() for row in s.scalars(query)]

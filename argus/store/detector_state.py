@@ -45,7 +45,7 @@ class DetectorStateRepository:
     def load_all(self, detector: str) -> dict[str, dict[str, Any]]:
         """Every object saved for `detector`, by key; rows that are not a JSON object are left out (logged)."""
         _check_detector(detector)
-        with transaction(self._engine, f"reading the state of detector {detector}") as s:
+        with transaction(self._engine, f"reading the state of detector {detector}", read_only=True) as s:
             rows = s.execute(
                 select(DetectorStateRow.key, DetectorStateRow.value).where(DetectorStateRow.detector == detector)
             ).all()

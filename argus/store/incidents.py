@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Literal
 
 from loguru import logger
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, Text, cast, func, or_, select
 from sqlalchemy.orm import Session
 
 from argus.store.columns import as_utc
@@ -30,6 +31,7 @@ from core.types import (
     Incident,
     IncidentState,
     Severity,
+    SubjectKind,
     utcnow,
 )
 
@@ -38,6 +40,7 @@ MAX_FINDINGS_PER_INCIDENT = 50
 _SEVERITY_CHANGES_KEPT = 10
 # An incident names at most this many fingerprints it absorbed as echoes (the newest).
 _ECHOES_KEPT = 50
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9._:-]{4,200}")  # JSON writes these as they are (LIKE's _ is escaped)
 
 # A resolution's by and reason (core.types.RESOLUTION) are cut to this many characters each.
 RESOLUTION_CHARS = 500
@@ -193,12 +196,12 @@ class IncidentRepository:
             return saved(s, root).to_domain()
 
     def get(self, incident_id: str) -> Incident:
-        with transaction(self._engine, "reading an incident") as s:
+        with transaction(self._engine, "reading an incident", read_only=True) as s:
             return incident_row(s, incident_id).to_domain()
 
     def find_open(self, fingerprint: str) -> Incident | None:
         """The not-resolved incident with `fingerprint`, if any."""
-        with transaction(self._engine, "finding an open incident") as s:
+        with transaction(self._engine, "finding an open incident", read_only=True) as s:
             row = s.scalars(
                 select(IncidentRow)
                 .where(IncidentRow.fingerprint == fingerprint)
@@ -208,7 +211,7 @@ class IncidentRepository:
 
     def findings(self, incident_id: str) -> list[Finding]:
         """The findings kept for an incident, oldest first."""
-        with transaction(self._engine, "reading findings") as s:
+        with transaction(self._engine, "reading findings", read_only=True) as s:
             incident_row(s, incident_id)
             rows = s.scalars(select(FindingRow).where(FindingRow.incident_id == incident_id).order_by(FindingRow.id))
             return [row.to_domain() for row in rows]
@@ -272,24 +275,49 @@ class IncidentRepository:
         since: datetime | None = None,
         limit: int = 100,
         offset: int = 0,
+        states: Collection[IncidentState] | None = None,
+        categories: Collection[Category] | None = None,
+        not_subject_kind: SubjectKind | None = None,
+        mentions: str | None = None,
     ) -> list[Incident]:
-        """Incidents, newest opened first. `since` keeps those seen (last_seen) at or after it."""
+        """Incidents, newest opened first. `since` keeps those seen (last_seen) at or after it. For the correlator,
+        which reads open incidents on every finding: `states` and `categories` (any of them), `not_subject_kind`,
+        and `mentions`, a word that is the incident's fingerprint or appears in its attrs (an echo's fingerprint):
+        filters in the database, so a storm of alerts does not turn every open incident into an object per finding.
+        `mentions` narrows by the attrs' JSON text, so callers still check what they need; a word JSON would escape
+        is not used."""
         check_limit(limit)
         if offset < 0:
             raise InputError(f"offset {offset} is negative", hint="use 0 or more")
         query = select(IncidentRow)
         if state is not None:
             query = query.where(IncidentRow.state == parse_enum(IncidentState, state, "state").value)
+        if states is not None:
+            query = query.where(IncidentRow.state.in_([s.value for s in states]))
         if category is not None:
             query = query.where(IncidentRow.category == parse_enum(Category, category, "category").value)
+        if categories is not None:
+            query = query.where(IncidentRow.category.in_([c.value for c in categories]))
+        if not_subject_kind is not None:
+            query = query.where(IncidentRow.subject_kind != not_subject_kind.value)
+        if mentions is not None and _PLAIN_WORD.fullmatch(mentions):
+            query = query.where(or_(IncidentRow.fingerprint == mentions,
+                                    cast(IncidentRow.attrs, Text).contains(mentions, autoescape=True)))
         if subject_id is not None:
             query = query.where(IncidentRow.subject_id == subject_id[:SUBJECT_ID_MAX])
         if since is not None:
             query = query.where(IncidentRow.last_seen >= since)
         # The id breaks ties so pages never overlap or skip when two incidents open in one instant.
         query = query.order_by(IncidentRow.detected_at.desc(), IncidentRow.id.desc()).limit(limit).offset(offset)
-        with transaction(self._engine, "listing incidents") as s:
+        with transaction(self._engine, "listing incidents", read_only=True) as s:
             return [row.to_domain() for row in s.scalars(query)]
+
+    def count_by_category(self, states: Collection[IncidentState]) -> dict[str, int]:
+        """How many incidents in `states` there are of each category (one GROUP BY, whatever the count)."""
+        query = (select(IncidentRow.category, func.count()).where(IncidentRow.state.in_([s.value for s in states]))
+                 .group_by(IncidentRow.category))
+        with transaction(self._engine, "counting incidents", read_only=True) as s:
+            return {str(category): int(n) for category, n in s.execute(query).all()}
 
     def _keep_if_new(self, s: Session, row: IncidentRow, finding: Finding, digest: str) -> None:
         """Keep `finding` under `row` unless one with its digest is kept already or the cap is reached."""

@@ -88,7 +88,7 @@ class LeaseRepository:
 
     def get(self, name: str) -> Lease | None:
         """The lease's row as stored (`held`: not expired, by anyone), or None before anyone took it."""
-        with transaction(self._engine, f"reading lease {name}") as s:
+        with transaction(self._engine, f"reading lease {name}", read_only=True) as s:
             row = s.execute(select(LeaseRow).where(LeaseRow.name == name)).scalar_one_or_none()
         if row is None:
             return None

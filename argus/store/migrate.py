@@ -38,6 +38,7 @@ _URL_HINT = (
 # other's (KeyError 'config'). Taken before the database connection, so it never waits while holding
 # SQLite's write lock.
 _ALEMBIC_LOCK = threading.Lock()
+READ_ONLY = "argus_read_only"  # a connection's execution option: its transaction only reads
 _PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)")
 
 
@@ -126,8 +127,8 @@ def _sqlite_engine(url: URL) -> Engine:
     def _on_begin(conn: Connection) -> None:
         # IMMEDIATE takes the write lock up front, waiting up to the busy timeout. A deferred
         # transaction that reads and then writes fails at once with "database is locked" when
-        # another thread wrote in between, and no retry can fix that.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # another thread wrote in between, and no retry can fix that. One that only reads never upgrades.
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
     return engine
 
@@ -162,10 +163,14 @@ def _reach_hint(url: URL) -> str:
 
 
 @contextmanager
-def connected(engine: Engine, doing: str) -> Iterator[Connection]:
-    """A connection in a transaction, committed at the end; every failure becomes one of our errors."""
+def connected(engine: Engine, doing: str, *, read_only: bool = False) -> Iterator[Connection]:
+    """A connection in a transaction, committed at the end; every failure becomes one of our errors. `read_only`:
+    the transaction only reads, so on SQLite it does not take the write lock (WAL lets readers run beside the
+    writer: API reads do not queue behind a storm of alerts being filed)."""
     try:
         conn = engine.connect()
+        if read_only:
+            conn = conn.execution_options(**{READ_ONLY: True})
     except exc.SQLAlchemyError as err:
         raise SourceUnavailable(
             "database", mask_url(engine.url), scrub(_first_line(err), engine.url), hint=_reach_hint(engine.url)

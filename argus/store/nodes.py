@@ -37,14 +37,14 @@ class SqlNodeRegistry:
         self._clock = clock
 
     def get(self, name: str) -> NodeRecord:
-        with transaction(self._engine, "reading a node") as s:
+        with transaction(self._engine, "reading a node", read_only=True) as s:
             row = s.get(NodeRow, name)
             if row is None:
                 raise NotFound(f"no node named {name!r} is registered", hint="register it first, or list nodes")
             return _record(row)
 
     def list(self) -> list[NodeRecord]:
-        with transaction(self._engine, "listing nodes") as s:
+        with transaction(self._engine, "listing nodes", read_only=True) as s:
             records = [_record(row) for row in s.scalars(select(NodeRow))]
         # Sorted here, not by ORDER BY: PostgreSQL's collation may order '-' and '.' unlike Python.
         return sorted(records, key=lambda r: r.name)
@@ -105,7 +105,7 @@ class SqlNodeRegistry:
         return record
 
     def transitions(self, name: str) -> builtins.list[Transition]:
-        with transaction(self._engine, "reading a node's transitions") as s:
+        with transaction(self._engine, "reading a node's transitions", read_only=True) as s:
             rows = s.scalars(
                 select(NodeTransitionRow).where(NodeTransitionRow.node == name).order_by(NodeTransitionRow.id)
             )

@@ -26,7 +26,7 @@ class ReportRepository:
 
     def for_incident(self, incident_id: str) -> list[Report]:
         """An incident's reports, oldest first (the last is the latest)."""
-        with transaction(self._engine, "reading reports") as s:
+        with transaction(self._engine, "reading reports", read_only=True) as s:
             incident_row(s, incident_id)
             rows = s.scalars(
                 select(ReportRow)

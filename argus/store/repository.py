@@ -35,9 +35,10 @@ def new_id(prefix: str) -> str:
 
 
 @contextmanager
-def transaction(engine: Engine, doing: str) -> Iterator[Session]:
-    """A Session in one committed transaction; database errors leave as core.errors naming `doing`."""
-    with migrate.connected(engine, doing) as conn:
+def transaction(engine: Engine, doing: str, *, read_only: bool = False) -> Iterator[Session]:
+    """A Session in one committed transaction; database errors leave as core.errors naming `doing`. `read_only`:
+    it only reads (see migrate.connected); a write in it fails on SQLite."""
+    with migrate.connected(engine, doing, read_only=read_only) as conn:
         # The Session works inside the connection's transaction, which `connected` commits and
         # whose errors it wraps; rows are re-read after writes (`saved`) so callers get what the
         # database holds: cleaned text, UTC times.

@@ -14,7 +14,7 @@ short transaction. Every database error leaves here as one of core.errors, with 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
@@ -34,7 +34,18 @@ from argus.store.reports import ReportRepository
 from argus.store.repository import MAX_LIST_LIMIT, new_id
 from argus.store.tokens import AuditRecord, Role, TokenRecord
 from core.errors import StoreError
-from core.types import Action, ActionState, Category, Finding, Incident, IncidentState, Report, Severity, utcnow
+from core.types import (
+    Action,
+    ActionState,
+    Category,
+    Finding,
+    Incident,
+    IncidentState,
+    Report,
+    Severity,
+    SubjectKind,
+    utcnow,
+)
 
 __all__ = ["MAX_FINDINGS_PER_INCIDENT", "MAX_LIST_LIMIT", "DeliveryRecord", "Store", "new_id"]
 
@@ -129,11 +140,21 @@ class Store:
         since: datetime | None = None,
         limit: int = 100,
         offset: int = 0,
+        states: Collection[IncidentState] | None = None,
+        categories: Collection[Category] | None = None,
+        not_subject_kind: SubjectKind | None = None,
+        mentions: str | None = None,
     ) -> list[Incident]:
-        """Incidents, newest opened first. `since` keeps those seen (last_seen) at or after it."""
+        """Incidents, newest opened first. `since` keeps those seen (last_seen) at or after it; the rest narrow
+        in the database (IncidentRepository.list)."""
         return self.incidents.list(
-            state=state, category=category, subject_id=subject_id, since=since, limit=limit, offset=offset
+            state=state, category=category, subject_id=subject_id, since=since, limit=limit, offset=offset,
+            states=states, categories=categories, not_subject_kind=not_subject_kind, mentions=mentions,
         )
+
+    def count_incidents(self, states: Collection[IncidentState]) -> dict[str, int]:
+        """Incidents in `states` per category value."""
+        return self.incidents.count_by_category(states)
 
     def findings_for(self, incident_id: str) -> list[Finding]:
         """The findings kept for an incident, oldest first."""
@@ -167,9 +188,11 @@ class Store:
         """Move an action only if it is still in one of `from_states`; Conflict otherwise."""
         return self.actions.transition(action_id, from_states, to_state, result)
 
-    def list_actions(self, incident_id: str | None = None) -> list[Action]:
-        """Actions, oldest first; only those of `incident_id` when given."""
-        return self.actions.list(incident_id)
+    def list_actions(self, incident_id: str | None = None, *, updated_since: datetime | None = None,
+                     or_states: Collection[ActionState] = ()) -> list[Action]:
+        """Actions, oldest first; only those of `incident_id` when given; with `updated_since`, those changed since
+        then or in one of `or_states`."""
+        return self.actions.list(incident_id, updated_since=updated_since, or_states=or_states)
 
     # ---- reports (ReportRepository) -----------------------------------------------------------------
 

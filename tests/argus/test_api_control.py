@@ -65,7 +65,7 @@ ROUTE_ROLES: dict[str, Role] = {
 # may call them, so a 403 there must be the policy's (GuardRefused), never the role's.
 AGENT_GUARDED = {"POST /v1/jobs/{submission_id}/stop", "POST /v1/nodes/{name}/drain", "POST /v1/nodes/{name}/offline"}
 # Open: health and metrics (probes, scrapes); the signed-link pages, whose signature is their credential.
-OPEN_ROUTES = {"GET /v1/health", "GET /metrics", "GET /v1/actions/{action_id}/decide",
+OPEN_ROUTES = {"GET /v1/health", "GET /v1/leader", "GET /metrics", "GET /v1/actions/{action_id}/decide",
                "POST /v1/actions/{action_id}/decide"}
 PARAMS = {"{incident_id}": "inc-000000000000", "{submission_id}": "ghost-1", "{name}": "ghost",
           "{action_id}": "act-000000000000"}

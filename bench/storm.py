@@ -1,0 +1,256 @@
+"""An alert storm into a real `argus serve`: Alertmanager's webhook at storm rate, and people reading the API.
+
+A real `argus serve` (its own process, SQLite under a temp data dir or --database-url) with a Slack channel and a
+generic webhook pointed at a recording HTTP endpoint (stage/localstack/webhook_receiver.py). --senders threads post
+--alerts Alertmanager alerts (webhook format 4, --batch alerts a request, as Alertmanager groups them) spread evenly
+over --seconds: --fingerprints distinct alerts (alert name x node; categories and severities mixed), each firing
+again and again as Alertmanager re-sends what still fires. Meanwhile --readers threads read `GET /v1/incidents` and
+`GET /v1/health` as a person or the ops agent would.
+
+Prints: alerts sent and accepted (and refused, with why), alerts/s accepted, incidents opened against distinct
+fingerprints (goal: one each), IM messages and webhook posts sent during the storm and in the --drain-s after it, the
+API's p50/p99 during the storm (goal: p99 under 200 ms on 2 cores), and the server's CPU and peak RSS.
+
+    .venv/bin/python bench/storm.py                       # 10,000 alerts in 60 s, 2,500 fingerprints
+    .venv/bin/python bench/storm.py --alerts 2000 --seconds 20 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "stage"))
+
+import httpx  # noqa: E402
+import psutil  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from stage.localstack.ports import free_port  # noqa: E402
+from stage.localstack.webhook_receiver import WebhookReceiver  # noqa: E402
+
+ARGUS = [sys.executable, "-c", "import sys; sys.argv[0] = 'argus'; from argus.cli import main; main()"]
+CATEGORIES = ("gpu_hardware", "host_oom", "disk_full", "nccl_error", "node_lost")
+SEVERITIES = ("warning", "critical")
+
+
+def alert(fp: int, nodes: int) -> dict[str, Any]:
+    """Distinct alert number `fp`: its name, node and labels stay the same each time it fires."""
+    node = fp % nodes
+    name = f"StormRule{fp // nodes:03d}"
+    ip = f"10.{node // 250 % 250}.{node % 250}.{fp % 7 + 1}"
+    return {"status": "firing", "startsAt": datetime.now(timezone.utc).isoformat(), "fingerprint": f"{fp:016x}",
+            "labels": {"alertname": name, "category": CATEGORIES[fp % len(CATEGORIES)],
+                       "severity": SEVERITIES[fp % 2], "node_ip": ip, "instance": f"{ip}:9400",
+                       "job": "dcgm-exporter"},
+            "annotations": {"summary": f"{name} fires on {ip}"}}
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sent = self.accepted = self.opened = self.folded = 0
+        self.refused: dict[str, int] = {}
+        self.post_ms: list[float] = []
+        self.read_ms: list[float] = []
+        self.read_errors = 0
+
+
+def sender(url: str, token: str, batches: list[list[dict[str, Any]]], start: float, every_s: float,
+           tally: Tally) -> None:
+    with httpx.Client(timeout=60, headers={"authorization": f"Bearer {token}"}) as client:
+        for i, batch in enumerate(batches):
+            delay = start + i * every_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            body = {"version": "4", "status": "firing", "receiver": "argus", "groupKey": f"storm/{i}",
+                    "alerts": batch}
+            began = time.perf_counter()
+            try:
+                answer = client.post(f"{url}/v1/alerts/alertmanager", json=body)
+                why = None if answer.status_code == 200 else f"HTTP {answer.status_code}"
+            except httpx.HTTPError as exc:
+                answer, why = None, type(exc).__name__
+            took = (time.perf_counter() - began) * 1000
+            with tally.lock:
+                tally.sent += len(batch)
+                tally.post_ms.append(took)
+                if why is None and answer is not None:
+                    data = answer.json()
+                    tally.accepted += len(batch)
+                    tally.opened += len(data["opened"])
+                    tally.folded += data["folded"]
+                else:
+                    tally.refused[str(why)] = tally.refused.get(str(why), 0) + len(batch)
+
+
+def reader(url: str, token: str, stop: threading.Event, tally: Tally, every_s: float) -> None:
+    paths = ["/v1/incidents?limit=50", "/v1/health", "/v1/incidents?state=open&limit=20"]
+    with httpx.Client(timeout=30, headers={"authorization": f"Bearer {token}"}) as client:
+        i = 0
+        while not stop.is_set():
+            began = time.perf_counter()
+            try:
+                ok = client.get(url + paths[i % len(paths)]).status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            took = (time.perf_counter() - began) * 1000
+            with tally.lock:
+                if ok:
+                    tally.read_ms.append(took)
+                else:
+                    tally.read_errors += 1
+            i += 1
+            stop.wait(every_s)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--alerts", type=int, default=10_000)
+    parser.add_argument("--fingerprints", type=int, default=2_500)
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--batch", type=int, default=50, help="alerts per webhook request")
+    parser.add_argument("--senders", type=int, default=4)
+    parser.add_argument("--readers", type=int, default=2)
+    parser.add_argument("--read-every", type=float, default=0.2, help="seconds between one reader's requests")
+    parser.add_argument("--drain-s", type=float, default=30.0, help="how long to count IM messages after the storm")
+    parser.add_argument("--database-url", help="default: SQLite in the temp data dir")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    console = Console(stderr=True)
+
+    work = Path(tempfile.mkdtemp(prefix="argus-storm-"))
+    receiver = WebhookReceiver().start()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}
+    env.update({"ARGUS_DATA_DIR": str(work / "data"), "ARGUS_SHARED_ROOT": str(work / "shared"),
+                "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9", "ARGUS_REQUEST_TIMEOUT_S": "1",
+                "ARGUS_NOTIFY_CHANNELS": json.dumps([{"kind": "slack", "url": f"{receiver.url}/slack"}]),
+                "ARGUS_WEBHOOK_URLS": json.dumps([f"{receiver.url}/ops-agent"]), "ARGUS_LOG_LEVEL": "WARNING",
+                "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])})
+    if args.database_url:
+        env["ARGUS_DATABASE_URL"] = args.database_url
+    tokens = {}
+    for role in ("operator", "viewer"):
+        made = subprocess.run([*ARGUS, "tokens", "create", f"storm-{role}", "--role", role], env=env,
+                              capture_output=True, text=True, timeout=120)
+        if made.returncode != 0:
+            console.print(f"[red]argus tokens create failed:[/] {made.stderr.strip()[-500:]}")
+            return 2
+        tokens[role] = made.stdout.strip()
+    server = subprocess.Popen([*ARGUS, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=(work / "serve.log").open("w"))
+    proc = psutil.Process(server.pid)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        else:
+            console.print(f"[red]argus serve did not answer; its log: {work / 'serve.log'}")
+            return 2
+
+        fingerprints = [alert(fp, args.nodes) for fp in range(args.fingerprints)]
+        stream = [fingerprints[i % args.fingerprints] for i in range(args.alerts)]
+        batches = [stream[i:i + args.batch] for i in range(0, len(stream), args.batch)]
+        per_sender = [batches[i::args.senders] for i in range(args.senders)]
+        every_s = args.seconds / max(1, len(per_sender[0]))
+        tally = Tally()
+        stop = threading.Event()
+        cpu_before = proc.cpu_times()
+        rss_peak = 0
+        began = time.monotonic()
+        readers = [threading.Thread(target=reader, args=(url, tokens["viewer"], stop, tally, args.read_every))
+                   for _ in range(args.readers)]
+        senders = [threading.Thread(target=sender, args=(url, tokens["operator"], mine, began + i * every_s /
+                                                         args.senders, every_s, tally))
+                   for i, mine in enumerate(per_sender)]
+        for thread in readers + senders:
+            thread.start()
+        with Progress(TextColumn("storm"), BarColumn(), TextColumn("{task.completed}/{task.total} alerts"),
+                      TimeElapsedColumn(), console=console) as progress:
+            task = progress.add_task("storm", total=args.alerts)
+            while any(t.is_alive() for t in senders):
+                rss_peak = max(rss_peak, proc.memory_info().rss)
+                progress.update(task, completed=tally.sent)
+                time.sleep(0.5)
+            progress.update(task, completed=tally.sent)
+        storm_s = time.monotonic() - began
+        stop.set()
+        for thread in readers:
+            thread.join()
+        cpu_after = proc.cpu_times()
+        im_during = sum(1 for r in receiver.received if r["path"] == "/slack")
+        console.print(f"storm over in {storm_s:.1f} s; counting IM messages for {args.drain_s:.0f} s more")
+        time.sleep(args.drain_s)
+        rss_peak = max(rss_peak, proc.memory_info().rss)
+        incidents = 0
+        with httpx.Client(timeout=60, headers={"authorization": f"Bearer {tokens['viewer']}"}) as client:
+            offset = 0
+            while True:
+                page = client.get(f"{url}/v1/incidents", params={"limit": 1000, "offset": offset}).json()["items"]
+                incidents += len(page)
+                offset += len(page)
+                if len(page) < 1000:
+                    break
+        received = receiver.received
+        cores = ((cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)) / storm_s
+        result = {
+            "alerts": args.alerts, "fingerprints": args.fingerprints, "seconds": round(storm_s, 1),
+            "sent": tally.sent, "accepted": tally.accepted, "refused": tally.refused,
+            "accepted_per_s": round(tally.accepted / storm_s, 1), "opened": tally.opened, "folded": tally.folded,
+            "incidents": incidents, "one_per_fingerprint": incidents == args.fingerprints,
+            "im_messages_during": im_during, "im_messages_total": sum(1 for r in received if r["path"] == "/slack"),
+            "webhook_posts_total": sum(1 for r in received if r["path"] == "/ops-agent"),
+            "post_p50_ms": percentile(tally.post_ms, 0.5), "post_p99_ms": percentile(tally.post_ms, 0.99),
+            "api_reads": len(tally.read_ms), "api_read_errors": tally.read_errors,
+            "api_p50_ms": percentile(tally.read_ms, 0.5), "api_p99_ms": percentile(tally.read_ms, 0.99),
+            "api_mean_ms": round(statistics.fmean(tally.read_ms), 1) if tally.read_ms else None,
+            "server_cores": round(cores, 2), "server_rss_mib": round(rss_peak / 2**20, 1),
+        }
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        receiver.stop()
+    if args.json:
+        print(json.dumps(result))
+    else:
+        table = Table(title=f"alert storm: {args.alerts} alerts, {args.fingerprints} fingerprints")
+        table.add_column("figure")
+        table.add_column("value", justify="right")
+        for key, value in result.items():
+            table.add_row(key, str(value))
+        Console().print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
