@@ -4,6 +4,11 @@
 A collector that cannot reach its source is recorded as down and the others carry on; a detector that
 fails is logged with its name and the loop carries on. What each source last said is kept for the API's
 health route, so `argus serve` can say what it cannot reach.
+
+A collector that does not return (a read of a hung NFS mount, a socket with no timeout) must not stop the loop:
+each call runs on a worker thread and the tick waits for it at most `collect_timeout_s`. Past that the source is
+marked stuck and the tick goes on without it; later ticks do not call it again while that call still hangs, and
+when it returns its signals are taken in the next tick (a log collector has moved its offsets: they are not lost).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -68,9 +75,11 @@ class Pipeline:
         needs: dict[str, set[str]] | None = None,
         on_tick: Callable[[TickResult], None] | None = None,
         names: Directory | None = None,
+        collect_timeout_s: float = 60.0,
     ) -> None:
         """`names`: what the loop knows of jobs and nodes, learnt from each tick's signals and added to every
-        finding before it is filed (argus/naming.py); a fresh one if None."""
+        finding before it is filed (argus/naming.py); a fresh one if None. `collect_timeout_s`: how long a tick
+        waits for one collector before calling it stuck (see the module docstring)."""
         self.collectors = list(collectors)
         self.detectors = list(detectors)
         self.incidents = incidents
@@ -83,6 +92,8 @@ class Pipeline:
         self.sources = {c.name: SourceStatus(c.name) for c in self.collectors}
         self.last_tick: TickResult | None = None
         self.ticks = 0
+        self.collect_timeout_s = collect_timeout_s
+        self._calls: dict[str, tuple[Future[list[Signal]], float]] = {}  # collector -> its call and its start
 
     def run_once(self) -> TickResult:
         with self._lock:
@@ -117,17 +128,29 @@ class Pipeline:
         signals: list[Signal] = []
         for collector in self.collectors:
             status = self.sources[collector.name]
+            call = self._calls.get(collector.name)
+            if call is None:
+                call = (_in_thread(collector.collect, f"argus-collect-{collector.name}"), time.monotonic())
+                self._calls[collector.name] = call
+            future, began = call
             try:
-                signals.extend(collector.collect())
+                collected = future.result(timeout=max(0.0, began + self.collect_timeout_s - time.monotonic()))
+            except FutureTimeout:
+                self._mark_down(status, f"stuck: its collect has not returned for {time.monotonic() - began:.0f} s "
+                                "(a read that hangs, e.g. a hung NFS mount or a peer that never answers); the loop "
+                                "goes on without it", result)
+                continue
             except ArgusError as exc:
                 self._mark_down(status, str(exc), result)
             except Exception as exc:  # a bug in one collector must not stop the loop
                 logger.opt(exception=exc).error("collector {} failed", collector.name)
                 self._mark_down(status, f"{type(exc).__name__}: {exc}", result)
             else:
+                signals.extend(collected)
                 if status.ok is False:
                     logger.info("source {} is reachable again", collector.name)
                 status.ok, status.last_ok_at = True, self._clock()
+            del self._calls[collector.name]
         return signals
 
     def _mark_down(self, status: SourceStatus, message: str, result: TickResult) -> None:
@@ -185,3 +208,20 @@ class Pipeline:
             "last_tick_at": self.last_tick.started_at.isoformat() if self.last_tick else None,
             "last_tick_duration_s": round(self.last_tick.duration_s, 3) if self.last_tick else None,
         }
+
+
+def _in_thread(call: Callable[[], list[Signal]], name: str) -> Future[list[Signal]]:
+    """`call()` on a daemon thread of its own: a call stuck in a read must not keep the process from exiting (an
+    executor's threads are joined at exit)."""
+    future: Future[list[Signal]] = Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(call())
+        except BaseException as exc:  # noqa: BLE001 - handed to the tick, which says what it was
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future

@@ -298,6 +298,7 @@ def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: Argu
         needs={"stall": {"ray_logs", "job_logs"}, "idle_gpu": {"gpu_placement"}, "metric_rules": {"metric_rules"},
                "job_failure": {"ray_state"}, "lost_node": {"ray_state"}, "waiting": {"ray_state"}},
         on_tick=after_tick,
+        collect_timeout_s=settings.collect_timeout_s,
     )
     return pipeline
 

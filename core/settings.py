@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     ray_dashboard_url: str = Field(default="http://127.0.0.1:8265", description="Ray dashboard / Jobs API")
     prometheus_url: str | None = Field(default=None, description="Prometheus base URL; None: not used")
     request_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    collect_timeout_s: float = Field(
+        default=60.0, ge=1, le=3600, description="how long a tick waits for one collector before calling it stuck "
+        "(a hung NFS read) and going on without it")
 
     # the loop
     poll_interval_s: float = Field(default=5.0, gt=0, le=3600)

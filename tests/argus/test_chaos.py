@@ -1,0 +1,79 @@
+"""Chaos on the real stack, the parts a test can cause on this machine without a cluster: a read that never returns
+(a FIFO standing where a job's log file is, which blocks in open() as a file on a hung NFS mount does) must not stop
+the loop. The other sources are still read, the stuck one is named in health, later ticks do not wait for it again,
+and what its call reads once it returns is filed, not lost. Real components: the kernel-log and job-log collectors
+on real files, the log rules, the incident desk on SQLite."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from argus.incidents.desk import IncidentDesk
+from argus.pipeline import Pipeline
+from argus.store.store import Store
+from collectors.kernel_log import FileSource, KernelLogCollector
+from collectors.logs import JobLogsCollector
+from collectors.offsets import OffsetStore
+from core.types import Category
+from detectors.engine import load_rules
+from detectors.log_rules import LogRuleDetector
+
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.1 GiB total capacity)\n"
+XID = "[Fri Nov 27 07:00:01 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n"
+
+
+def test_a_read_that_hangs_does_not_stop_the_loop_and_what_it_reads_later_is_filed(tmp_path: Path) -> None:
+    jobs_root = tmp_path / "shared" / "jobs"
+    (jobs_root / "a-job" / "logs").mkdir(parents=True)
+    (jobs_root / "b-job" / "logs").mkdir(parents=True)
+    stuck = jobs_root / "a-job" / "logs" / "0-rank.log"
+    os.mkfifo(stuck)  # open() for reading blocks until a writer comes: a read that does not return
+    driver = jobs_root / "b-job" / "logs" / "driver.log"  # read after the stuck file, in the same call
+    driver.write_text("step:1 - loss:0.5\n")
+    kern = tmp_path / "kern.log"
+    kern.write_text("")
+    offsets = OffsetStore(tmp_path / "offsets.json")
+    kernel = KernelLogCollector(FileSource(kern, offsets), offsets, node_id="n1", node_ip="10.0.0.7")
+    jobs = JobLogsCollector(tmp_path / "shared", OffsetStore(tmp_path / "jobs.json"))
+    store = Store(f"sqlite:///{tmp_path / 'argus.db'}")
+    pipeline = Pipeline(collectors=[kernel, jobs], detectors=[LogRuleDetector(load_rules())],
+                        incidents=IncidentDesk(store), collect_timeout_s=2.0)
+    try:
+        began = time.monotonic()
+        first = pipeline.run_once()
+        assert 1.9 <= time.monotonic() - began < 10
+        assert first.errors["job_logs"].startswith("stuck: its collect has not returned for 2 s")
+        health = {s["name"]: s for s in pipeline.health()["sources"]}
+        assert health["job_logs"]["ok"] is False and health["kernel_log"]["ok"] is True
+        assert "hung NFS mount" in health["job_logs"]["last_error"]
+
+        with kern.open("a") as f:
+            f.write(XID)
+        with driver.open("a") as f:
+            f.write(OOM)
+        began = time.monotonic()
+        second = pipeline.run_once()
+        assert time.monotonic() - began < 1.5  # the stuck call is not waited for again
+        assert "job_logs" in second.errors
+        assert [i.category for i in second.opened] == [Category.GPU_HARDWARE]  # the other source still works
+
+        def mount_comes_back() -> None:
+            with stuck.open("w"):  # the blocked open() returns; the call goes on to the other job's log
+                pass
+
+        writer = threading.Thread(target=mount_comes_back)
+        writer.start()
+        writer.join(timeout=10)
+        deadline = time.monotonic() + 10
+        third = pipeline.run_once()
+        while "job_logs" in third.errors and time.monotonic() < deadline:
+            time.sleep(0.2)
+            third = pipeline.run_once()
+        assert "job_logs" not in third.errors
+        assert [i.category for i in third.opened] == [Category.GPU_OOM]  # read by the late call, filed, not lost
+        assert {s["name"]: s["ok"] for s in pipeline.health()["sources"]} == {"kernel_log": True, "job_logs": True}
+    finally:
+        store.close()
