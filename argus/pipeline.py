@@ -28,7 +28,7 @@ from argus.incidents.correlate import filing_order
 from argus.incidents.desk import IncidentDesk, Outcome
 from argus.naming import Directory
 from core.errors import ArgusError
-from core.ports import Collector, Detector, Recovering
+from core.ports import Collector, Committing, Detector, Recovering
 from core.types import Finding, Incident, Recovery, Signal, utcnow
 
 
@@ -99,7 +99,7 @@ class Pipeline:
         with self._lock:
             started, t0 = self._clock(), time.monotonic()
             result = TickResult(started_at=started, duration_s=0.0)
-            signals = self._collect(result)
+            signals, taken = self._collect(result)
             result.signals = len(signals)
             self._learn_names(signals)
             findings, recovering = self._detect(signals, result)
@@ -108,6 +108,7 @@ class Pipeline:
                 result.findings.append(finding)
                 self._record(finding, result)
             self._recover(recovering, result)
+            self._commit(taken, result)
             result.duration_s = time.monotonic() - t0
             result.finished_at = self._clock()
             self.last_tick, self.ticks = result, self.ticks + 1
@@ -124,8 +125,10 @@ class Pipeline:
         except Exception as exc:  # unnamed findings are still findings: naming must not stop detection
             logger.opt(exception=exc).error("learning job and node names failed")
 
-    def _collect(self, result: TickResult) -> list[Signal]:
+    def _collect(self, result: TickResult) -> tuple[list[Signal], list[Collector]]:
+        """This tick's signals, and the collectors they came from (whose positions to commit after filing)."""
         signals: list[Signal] = []
+        taken: list[Collector] = []
         for collector in self.collectors:
             status = self.sources[collector.name]
             call = self._calls.get(collector.name)
@@ -147,11 +150,22 @@ class Pipeline:
                 self._mark_down(status, f"{type(exc).__name__}: {exc}", result)
             else:
                 signals.extend(collected)
+                taken.append(collector)
                 if status.ok is False:
                     logger.info("source {} is reachable again", collector.name)
                 status.ok, status.last_ok_at = True, self._clock()
             del self._calls[collector.name]
-        return signals
+        return signals, taken
+
+    def _commit(self, collectors: list[Collector], result: TickResult) -> None:
+        """Save what the collectors read, now that its findings are filed (core.ports.Committing)."""
+        for collector in collectors:
+            if isinstance(collector, Committing):
+                try:
+                    collector.commit()
+                except Exception as exc:  # a full data dir: the lines are read again after a restart, not lost
+                    logger.opt(exception=exc).error("collector {} could not save its read positions", collector.name)
+                    result.errors[f"commit:{collector.name}"] = f"{type(exc).__name__}: {exc}"
 
     def _mark_down(self, status: SourceStatus, message: str, result: TickResult) -> None:
         if status.ok is not False or status.last_error != message:

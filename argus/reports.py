@@ -33,7 +33,7 @@ from argus.incidents.events import IncidentEvent
 from control.artifacts import step_of
 from core.jobfolder import JobFolder, is_submission_id
 from core.refs import refs_of
-from core.types import Incident, Report, utcnow
+from core.types import Incident, IncidentState, Report, utcnow
 from rca.engine import RcaEngine
 from rca.evidence import LogSource, read_tail
 from rca.report import with_actions
@@ -66,6 +66,18 @@ class ReportService:
                 thread = threading.Thread(target=self._run, args=(use_llm,), name=name, daemon=True)
                 thread.start()
                 self._threads.append(thread)
+
+    def catch_up(self, limit: int = 1000) -> list[str]:
+        """Queue a report for each not-resolved incident that has none (the newest `limit`): a process killed
+        between opening an incident and storing its report writes it after the restart. The ids queued."""
+        missing = [i.id for i in self.store.list_incidents(states=(IncidentState.OPEN, IncidentState.MITIGATING),
+                                                             limit=limit) if not self.store.reports_for(i.id)]
+        for incident_id in missing:
+            self.submit(incident_id)
+        if missing:
+            logger.info("{} open incident(s) had no report (Argus stopped before writing it): writing them now",
+                        len(missing))
+        return missing
 
     def stop(self, timeout_s: float = 30.0) -> None:
         for q in self._queues.values():

@@ -106,6 +106,7 @@ class ArgusService:
 
             def lead(term: int) -> None:
                 remediator.recover()  # the steps the last leader left running: finished, re-run when safe, reported
+                reports.catch_up()  # the reports the last leader did not get to write
                 daemon.start()
 
             self.elector = elector = LeaderElector(
@@ -126,6 +127,7 @@ class ArgusService:
         if self.elector is not None:
             self.elector.start()  # the loop starts when this replica is elected
         else:
+            reports.catch_up()  # the reports a killed Argus did not get to write
             daemon.start()
         return app
 

@@ -193,6 +193,7 @@ def poller_main(dashboard_url: str, work: str, tick: float, out: str) -> None:
             print(f"poller: {exc}", file=sys.stderr)
             signals = []
         detector.detect(signals)
+        collector.commit()  # after detection, as the loop commits after filing
         now = time.time()
         for s in signals:
             m = FAULT.search(s.text or "")

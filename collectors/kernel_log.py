@@ -342,6 +342,11 @@ class KernelLogCollector:
     def close(self) -> None:
         self.source.close()
 
+    def commit(self) -> None:
+        """Save the offsets this collector's reads moved (core.ports.Committing: after the tick's findings are
+        filed)."""
+        self.offsets.save()
+
     def collect(self) -> list[Signal]:
         try:
             lines = self.source.read()
@@ -349,7 +354,6 @@ class KernelLogCollector:
             raise SourceUnavailable("the kernel log", self.source.name, str(exc),
                                     hint="check this process may read it (root or CAP_SYSLOG for /dev/kmsg, the "
                                     "systemd-journal group for journalctl), or set kernel_log to a file") from None
-        self.offsets.save()
         now = self._clock()
         subject = Subject(kind=SubjectKind.NODE, id=self.node_id, name=self.node_ip)
         return [

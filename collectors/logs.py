@@ -424,6 +424,11 @@ class JobLogsCollector:
         found.sort(key=lambda item: str(item[1]))
         return found
 
+    def commit(self) -> None:
+        """Save the offsets this collector's reads moved (core.ports.Committing: after the tick's findings are
+        filed)."""
+        self.offsets.save()
+
     def collect(self) -> list[Signal]:
         files = self.discover()
         now = self._clock()
@@ -440,7 +445,6 @@ class JobLogsCollector:
                 subject = Subject(kind=SubjectKind.JOB, id=submission_id)
                 signals += [self._signal(line, subject, now) for line in lines]
         self._prune({os.path.abspath(p) for _, p in files})
-        self.offsets.save()
         return signals
 
     def _prune(self, present: set[str]) -> None:

@@ -207,6 +207,11 @@ class RayLogsCollector:
 
     # -- one poll -----------------------------------------------------------------------------------
 
+    def commit(self) -> None:
+        """Save the offsets this collector's reads moved (core.ports.Committing: after the tick's findings are
+        filed)."""
+        self.offsets.save()
+
     def collect(self) -> list[Signal]:
         now = self._now()
         self._refresh_nodes()
@@ -228,7 +233,6 @@ class RayLogsCollector:
             signals += self._settle(result, now, stamp)
         if self.agents is not None:
             signals += self.from_agents(self.agents.take(), stamp)
-        self.offsets.save()
         return signals
 
     def from_agents(self, batches: list[AgentBatch], stamp: datetime) -> list[Signal]:

@@ -18,6 +18,17 @@ class Collector(Protocol):
 
 
 @runtime_checkable
+class Committing(Protocol):
+    """A collector whose reading moves a saved position (log offsets). The loop calls `commit()` once the tick's
+    findings are filed, so a process killed between reading and filing reads those lines again after its restart
+    (at least once; a repeat folds into its incident), never skips them."""
+
+    name: str
+
+    def commit(self) -> None: ...
+
+
+@runtime_checkable
 class Detector(Protocol):
     """Turns signals into findings. May keep state between calls (stall, idle, lost node)."""
 

@@ -34,6 +34,7 @@ Three modules: the patterns and key names (rca/redact_patterns.py, data), compil
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import threading
@@ -46,6 +47,7 @@ from typing import Any, Protocol, TypeGuard
 from uuid import UUID
 
 from core.errors import ConfigError, InputError
+from core.literal_gate import LiteralGate
 from rca.redact_patterns import (
     DEFAULT_PATTERNS,
     HEADER_KEY,
@@ -117,14 +119,7 @@ class Redactor:
         mask_users: bool = False,
         users: Iterable[str] = (),
     ) -> None:
-        rules = [
-            compile_pattern(name, pattern, order, extra=False) for order, (name, pattern) in enumerate(DEFAULT_PATTERNS)
-        ]
-        for item in extra_patterns:
-            name, pattern = name_and_pattern(item)
-            rules.append(compile_pattern(name, pattern, len(rules), extra=True))
-        self._rules = tuple(rules)
-        self._gate = build_gate(self._rules)
+        self._rules, self._gate = _compiled(tuple(name_and_pattern(item) for item in extra_patterns))
         self._mask_ips = mask_ips
         self._mask_users = mask_users
         self._user_rule = self._compile_users(list(users), mask_users)
@@ -350,3 +345,15 @@ class Redactor:
         with self._lock:
             self._counts[kind] += 1
         return f"[REDACTED:{kind}]"
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(extra: tuple[tuple[str, str], ...]) -> tuple[tuple[RedactionRule, ...], LiteralGate]:
+    """The rules and their literal gate, compiled once per set of extra patterns: every report has a Redactor of its
+    own (stable pseudonyms within it) and a storm writes thousands of reports. Both are read-only once built."""
+    rules = [compile_pattern(name, pattern, order, extra=False)
+             for order, (name, pattern) in enumerate(DEFAULT_PATTERNS)]
+    for name, pattern in extra:
+        rules.append(compile_pattern(name, pattern, len(rules), extra=True))
+    frozen = tuple(rules)
+    return frozen, build_gate(frozen)

@@ -77,3 +77,54 @@ def test_a_read_that_hangs_does_not_stop_the_loop_and_what_it_reads_later_is_fil
         assert {s["name"]: s["ok"] for s in pipeline.health()["sources"]} == {"kernel_log": True, "job_logs": True}
     finally:
         store.close()
+
+
+KILLED_MID_TICK = """
+import os, signal, sys
+sys.path[:0] = [{root!r}, {stage!r}]
+from argus.incidents.desk import IncidentDesk
+from argus.pipeline import Pipeline
+from argus.store.store import Store
+from collectors.logs import JobLogsCollector
+from collectors.offsets import OffsetStore
+from detectors.engine import load_rules
+from detectors.log_rules import LogRuleDetector
+
+class DiesWhenItSeesTheLine(LogRuleDetector):
+    # the process is SIGKILLed after its collectors read the line and before its finding is filed
+    def detect(self, signals):
+        if any("OutOfMemoryError" in (s.text or "") for s in signals):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().detect(signals)
+
+pipeline = Pipeline(collectors=[JobLogsCollector({shared!r}, OffsetStore({offsets!r}))],
+                    detectors=[DiesWhenItSeesTheLine(load_rules())], incidents=IncidentDesk(Store({db!r})))
+pipeline.run_once()
+print("tick done", flush=True)
+"""
+
+
+def test_a_process_killed_between_reading_a_line_and_filing_it_reads_it_again(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    logs = tmp_path / "shared" / "jobs" / "train-1" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "driver.log").write_text("step:1 - loss:0.5\n" + OOM)
+    db, offsets = f"sqlite:///{tmp_path / 'argus.db'}", tmp_path / "offsets.json"
+    script = tmp_path / "tick.py"
+    script.write_text(KILLED_MID_TICK.format(root=str(root), stage=str(root / "stage"), shared=str(tmp_path / "shared"),
+                                             offsets=str(offsets), db=db))
+    died = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert died.returncode == -9 and "tick done" not in died.stdout, died.stderr[-2000:]
+    store = Store(db)
+    try:
+        assert store.list_incidents() == []  # killed before filing
+        restarted = Pipeline(collectors=[JobLogsCollector(tmp_path / "shared", OffsetStore(offsets))],
+                             detectors=[LogRuleDetector(load_rules())], incidents=IncidentDesk(store))
+        tick = restarted.run_once()
+        assert [i.category for i in tick.opened] == [Category.GPU_OOM]  # the line was read again, not skipped
+        assert restarted.run_once().opened == []  # and committed once filed: not read a third time
+    finally:
+        store.close()

@@ -104,6 +104,22 @@ def test_the_worker_writes_queued_reports_and_survives_a_bad_one(store: Store, s
         reports.stop()
 
 
+def test_open_incidents_left_without_a_report_by_a_killed_argus_get_one_at_start(store: Store, shared: Path) -> None:
+    missing = open_incident(store)  # opened, then the process died before its report was stored
+    resolved = store.record_finding(Finding(
+        category=Category.DISK_FULL, reason="NoSpaceLeftOnDevice", subject=Subject(kind=SubjectKind.JOB, id="other"),
+        summary="disk full", first_seen=datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)))[0]
+    store.set_state(resolved.id, "resolved", by="test", reason="fixed")
+    reports = service(store, shared)
+    reports.start()
+    try:
+        assert reports.catch_up() == [missing]  # a resolved incident is left alone
+        wait_until("the missing report", lambda: store.reports_for(missing) and reports.idle(), timeout=30)
+        assert reports.catch_up() == []  # written once: nothing to catch up the next time
+    finally:
+        reports.stop()
+
+
 def test_without_a_job_folder_the_report_still_comes(store: Store, tmp_path: Path) -> None:
     incident_id = open_incident(store)
     [report] = service(store, tmp_path / "nowhere").write(incident_id)

@@ -19,6 +19,7 @@ from collectors.logs import JobLogsCollector, LineSplitter, LogTailer
 from collectors.offsets import OffsetStore
 from core.errors import SourceUnavailable
 from core.types import SignalKind, SubjectKind
+from tests.support import read_as_the_loop_does
 
 
 def texts(lines) -> list[str]:
@@ -213,7 +214,7 @@ def test_restart_reads_nothing_twice_and_misses_nothing(tmp_path: Path) -> None:
     log = job_file(root, "raysubmit_A", "train.log")
     offsets_path = tmp_path / "data" / "offsets" / "job_logs.json"
     append(log, "1\n2\n3")  # "3" is still being written when Argus stops
-    first = JobLogsCollector(root, OffsetStore(offsets_path)).collect()
+    first = read_as_the_loop_does(JobLogsCollector(root, OffsetStore(offsets_path)))
     append(log, "\n4\n")
     second = JobLogsCollector(root, OffsetStore(offsets_path)).collect()  # a new process
     seen = [(s.line, s.text) for s in first + second]
@@ -229,7 +230,7 @@ def test_corrupt_offsets_file_warns_and_starts_safely(tmp_path: Path, warnings: 
     store = OffsetStore(offsets_path)
     assert store.recovered_from is not None and store.recovered_from.exists()
     assert any("unreadable" in w and str(offsets_path) in w for w in warnings)
-    assert [s.text for s in JobLogsCollector(root, store).collect()] == ["step 1"]
+    assert [s.text for s in read_as_the_loop_does(JobLogsCollector(root, store))] == ["step 1"]
     saved = json.loads(offsets_path.read_text())
     assert saved["files"][str(log)]["offset"] == len("step 1\n")
 

@@ -81,3 +81,11 @@ class Feed:
     def collect(self) -> list[Signal]:
         batch, self.batch = self.batch, []
         return batch
+
+
+def read_as_the_loop_does(collector: Any) -> list[Any]:
+    """A collector's `collect()` and then its `commit()`, as argus.pipeline does once a tick's findings are filed:
+    what a test of restarts needs before a new collector reads the saved offsets back."""
+    signals = collector.collect()
+    collector.commit()
+    return list(signals)
