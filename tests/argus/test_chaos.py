@@ -10,6 +10,9 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from argus.incidents.desk import IncidentDesk
 from argus.pipeline import Pipeline
@@ -128,3 +131,65 @@ def test_a_process_killed_between_reading_a_line_and_filing_it_reads_it_again(tm
         assert restarted.run_once().opened == []  # and committed once filed: not read a third time
     finally:
         store.close()
+
+
+@pytest.mark.prometheus
+def test_prometheus_killed_and_restarted_under_argus_serve(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    from stage.localstack.ports import free_port
+    from stage.localstack.prometheus import Prometheus
+    from tests.helpers import wait_until
+
+    prometheus = Prometheus(tmp_path / "prometheus").start()
+    logs = tmp_path / "shared" / "jobs" / "train-1" / "logs"
+    logs.mkdir(parents=True)
+    driver = logs / "driver.log"
+    driver.write_text("step:1 - loss:0.5\n")
+    argus = [sys.executable, "-c", "import sys; sys.argv[0] = 'argus'; from argus.cli import main; main()"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}
+    env.update({"ARGUS_DATA_DIR": str(tmp_path / "data"), "ARGUS_SHARED_ROOT": str(tmp_path / "shared"),
+                "ARGUS_PROMETHEUS_URL": prometheus.url, "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9",
+                "ARGUS_POLL_INTERVAL_S": "0.5", "ARGUS_REQUEST_TIMEOUT_S": "1"})
+    made = subprocess.run([*argus, "tokens", "create", "chaos", "--role", "viewer"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    auth = {"authorization": f"Bearer {made.stdout.strip()}"}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([*argus, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+    def prometheus_ok() -> bool | None:
+        try:
+            sources = {s["name"]: s["ok"] for s in httpx.get(f"{url}/v1/health", timeout=2).json()["sources"]}
+        except httpx.HTTPError:
+            return None
+        return sources.get("prometheus")
+
+    try:
+        wait_until("Argus to read Prometheus", lambda: prometheus_ok() is True, timeout=60, interval=0.3)
+        assert prometheus.process is not None
+        os.kill(prometheus.process.pid, signal.SIGKILL)
+        wait_until("Argus to say Prometheus is down", lambda: prometheus_ok() is False, timeout=30, interval=0.3)
+        assert "prometheus" in httpx.get(f"{url}/v1/health", timeout=5).json()["unreachable"]
+        with driver.open("a") as f:  # what Argus can still see, it still detects
+            f.write(OOM)
+
+        def opened() -> list[Any] | None:
+            items = httpx.get(f"{url}/v1/incidents", headers=auth, timeout=5).json()["items"]
+            return items or None
+
+        [incident] = wait_until("the OOM's incident while Prometheus is down", opened, timeout=30, interval=0.3)
+        assert incident["category"] == "gpu_oom"
+        prometheus.start()  # same port, same data
+        wait_until("Argus to read Prometheus again", lambda: prometheus_ok() is True, timeout=60, interval=0.3)
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        prometheus.stop()
+    assert proc.returncode == 0
