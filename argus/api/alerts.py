@@ -12,8 +12,8 @@ webhooks, IM, reports and remediation hear of them as of any other incident. Con
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime
-from functools import partial
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Request
@@ -22,12 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from argus.api.auth import require
 from argus.api.state import incidents_of
-from argus.incidents.desk import Outcome
+from argus.incidents.desk import IncidentDesk, Outcome
 from argus.store.tokens import Role
 from collectors.metric_rules import subject_of
 from core.types import Category, Evidence, Finding, Severity, fingerprint_of, utcnow
 
 router = APIRouter(tags=["alerts"])
+# One webhook's alerts are filed at a time: the store takes one writer at a time anyway, and threads queued on its
+# lock would only take turns on the interpreter with the API's readers (a storm's alerts would slow every read).
+_FILING = threading.Lock()
 Text = Annotated[str, Field(max_length=4096)]
 
 
@@ -94,23 +97,27 @@ async def alertmanager(request: Request, body: Annotated[AlertmanagerWebhook, Bo
     """File firing alerts through the incident desk (correlated and announced like Argus's own findings); a
     resolved alert resolves the incident it opened."""
     desk = incidents_of(request)
+    return await run_in_threadpool(_file_all, request, desk, body)
+
+
+def _file_all(request: Request, desk: IncidentDesk, body: AlertmanagerWebhook) -> dict[str, Any]:
     opened, reopened, folded, resolved = [], [], 0, []
-    for alert in body.alerts:
-        finding = to_finding(alert)
-        if alert.status == "firing":
-            filed = await run_in_threadpool(desk.file, finding)
-            if filed.outcome is Outcome.OPENED:
-                opened.append(filed.incident.id)
-            elif filed.outcome is Outcome.REOPENED:  # the alert fired again soon after it resolved
-                reopened.append(filed.incident.id)
+    with _FILING:
+        for alert in body.alerts:
+            finding = to_finding(alert)
+            if alert.status == "firing":
+                filed = desk.file(finding)
+                if filed.outcome is Outcome.OPENED:
+                    opened.append(filed.incident.id)
+                elif filed.outcome is Outcome.REOPENED:  # the alert fired again soon after it resolved
+                    reopened.append(filed.incident.id)
+                else:
+                    folded += 1
             else:
-                folded += 1
-        else:
-            incident = await run_in_threadpool(desk.store.find_open, finding.fingerprint)
-            if incident is not None:
-                await run_in_threadpool(partial(desk.resolve, incident.id, by="alertmanager",
-                                                reason=f"{finding.reason} resolved"))
-                resolved.append(incident.id)
+                incident = desk.store.find_open(finding.fingerprint)
+                if incident is not None:
+                    desk.resolve(incident.id, by="alertmanager", reason=f"{finding.reason} resolved")
+                    resolved.append(incident.id)
     request.state.audit_detail = {"group": body.groupKey[:200], "opened": opened, "reopened": reopened,
                                   "resolved": resolved}
     return {"opened": opened, "reopened": reopened, "folded": folded, "resolved": resolved}
