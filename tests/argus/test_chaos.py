@@ -1,8 +1,11 @@
-"""Chaos on the real stack, the parts a test can cause on this machine without a cluster: a read that never returns
-(a FIFO standing where a job's log file is, which blocks in open() as a file on a hung NFS mount does) must not stop
-the loop. The other sources are still read, the stuck one is named in health, later ticks do not wait for it again,
-and what its call reads once it returns is filed, not lost. Real components: the kernel-log and job-log collectors
-on real files, the log rules, the incident desk on SQLite."""
+"""Chaos on the real stack, the parts a test can cause on this machine without a cluster:
+- a read that never returns (a FIFO standing where a job's log file is, which blocks in open() as a file on a hung
+  NFS mount does) does not stop the loop: the other sources are still read, the stuck one is named in health, later
+  ticks do not wait for it again, and what its call reads once it returns is filed, not lost;
+- a process SIGKILLed between reading a line and filing its finding reads the line again after its restart;
+- Prometheus SIGKILLed and restarted under a real `argus serve`: named unreachable, the rest still detected.
+Real components: the kernel-log and job-log collectors on real files, the log rules, the incident desk on SQLite, a
+real Prometheus. The database's own chaos (stopped and started, a full disk) is tests/store/test_chaos_database.py."""
 
 from __future__ import annotations
 
