@@ -196,3 +196,23 @@ def test_prometheus_killed_and_restarted_under_argus_serve(tmp_path: Path) -> No
         proc.wait(timeout=60)
         prometheus.stop()
     assert proc.returncode == 0
+
+
+def test_an_alert_storm_is_all_accepted_one_incident_a_fingerprint_with_few_im_messages() -> None:
+    """bench/storm.py at a small scale, for its outcomes (timings are the benchmark's business): a real argus serve
+    with a Slack channel and a webhook, 1,200 alerts over 300 fingerprints while readers use the API."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(root / "bench" / "storm.py"), "--alerts", "1200", "--fingerprints",
+                           "300", "--seconds", "8", "--drain-s", "16", "--json"], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["accepted"] == result["sent"] == 1200 and result["refused"] == {}
+    assert result["incidents"] == result["opened"] == 300 and result["folded"] == 900
+    assert result["webhook_posts_total"] == 300  # the ops agent hears of each incident once
+    assert 1 <= result["im_messages_total"] <= 20  # people get a few digests, not 300 messages
+    assert result["api_read_errors"] == 0 and result["api_reads"] > 0
