@@ -111,7 +111,10 @@ class LeaderElector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.step()
+            try:
+                self.step()
+            except Exception as exc:  # noqa: BLE001 - the election must outlive one bad try; the next one retries
+                logger.opt(exception=exc).error("replica {}: the leader election failed this time", self.replica)
             self._stop.wait(self.renew_s)
 
     def step(self) -> None:
@@ -135,7 +138,13 @@ class LeaderElector:
             if not self._leader:
                 self._leader = True
                 logger.info("replica {} leads (term {})", self.replica, lease.term)
-                self._on_elected(lease.term)
+                try:
+                    self._on_elected(lease.term)
+                except Exception:
+                    # It could not start leading (the store failed mid-recovery, say): give the lease back rather
+                    # than hold it while running nothing; this replica or another takes it on a later try.
+                    self.resign()
+                    raise
         elif self._leader:
             self._depose(f"replica {lease.holder} holds the lease (term {lease.term})")
 

@@ -146,3 +146,22 @@ def test_a_leader_that_cannot_reach_the_store_steps_down_before_its_lease_can_la
     assert broken.get(NAME).held  # the row still says a: no replica could take it while the store was away
     clock.tick(timedelta(seconds=3).total_seconds())
     assert not broken.get(NAME).held
+
+
+def test_a_replica_that_fails_to_start_leading_gives_the_lease_back(store: Store) -> None:
+    seconds = [0.0]
+    saw = Recorder()
+    calls = []
+
+    def broken_start(term: int) -> None:
+        calls.append(term)
+        if len(calls) == 1:
+            raise RuntimeError("the store failed while recovering steps")
+
+    replica = LeaderElector(store.leases, replica="a", on_elected=broken_start, on_deposed=saw.deposed, ttl_s=10,
+                            renew_s=2, clock=lambda: seconds[0])
+    with pytest.raises(RuntimeError):
+        replica.step()
+    assert not replica.leader and not store.leases.get(NAME).held  # given back, not held while running nothing
+    replica.step()  # the next try leads
+    assert replica.leader and calls == [1, 1]  # its own lease again: the same term
