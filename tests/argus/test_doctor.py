@@ -56,7 +56,7 @@ def test_the_local_stack_passes_and_each_missing_part_is_named_with_its_fix(
         checks = wait_until("Prometheus to scrape the exporter", lambda: doctor_says("dcgm-exporter targets", OK),
                             timeout=60)
         assert {n: c.status for n, c in checks.items() if c.status not in (OK, SKIP)} == {}, checks
-        assert checks["ray dashboard"].detail.endswith("3 node(s) alive")
+        assert "3 node(s) alive" in checks["ray dashboard"].detail  # and the session's killed workers, dead
         assert checks["py-spy on nodes"].detail == "py-spy answers through Ray's dashboard on 3 node(s)"
         assert checks["clock vs ray head"].status == OK and checks["ssh to nodes"].status == SKIP
 

@@ -28,7 +28,7 @@ from remediation.policy import Mode
 from remediation.runner import Remediator
 from stage.localstack.ports import free_port
 from tests.helpers import wait_until
-from tests.remediation.test_remediation_real import Env, check_recovered, scenario
+from tests.remediation.test_remediation_real import Env, check_recovered
 from tests.store.conftest import _postgres_url
 
 pytestmark = pytest.mark.postgres
@@ -160,9 +160,26 @@ def test_a_leader_killed_mid_resubmit_hands_over_and_the_job_is_resubmitted_exac
         procs["b"] = serve(tmp_path, pg_url, "b", ports["b"], **cluster)
         wait_for("replica b to follow", lambda: (leader_of(ports["b"]) or (0, {}))[0] == 503)
 
-        incident, sid, _ = scenario(env, ray_faults)
+        sid = env.submit()
+        rank_node = env.log_value(sid, "RANK_NODE")
+        wait_until("a checkpoint", lambda: list((env.shared / "jobs" / sid / "checkpoints").glob("global_step_*")),
+                   timeout=60)
+        env.pipeline.run_once()  # the node ALIVE with the job's rank on it
+        ray_faults.kill_worker(env.worker_index(rank_node))
+
+        def lost() -> Any:
+            env.pipeline.run_once()  # the replicas' loops see it too: whichever files it first opens the incident
+            return next((i for i in env.store.list_incidents(state="open", category="node_lost")
+                         if i.subject.id == rank_node), None)
+
+        incident = wait_until("the node_lost incident", lost, timeout=90, interval=0.3)
+        assert sid in [j.get("submission_id") for j in incident.attrs["jobs"]]
+        # the leader planned it for approval (its policy), or the test's auto policy did: either way, approved
         planned = env.remediator.plan(incident)
-        assert [a.state for a in planned] == [ActionState.APPROVED] * 3
+        for action in planned:
+            if action.state is ActionState.PLANNED:
+                env.remediator.approve(action.id, who="test-operator")
+        assert [a.state for a in env.store.list_actions(incident.id)] == [ActionState.APPROVED] * 3
 
         def resubmit_running() -> bool:
             return any(a.kind == "resubmit_job" and a.state is ActionState.RUNNING
