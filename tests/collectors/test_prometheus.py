@@ -51,10 +51,12 @@ def test_targets_collector_sees_every_target_up(prometheus_stack, dcgm_targets):
         return {x.subject.id for x in collector.collect() if x.attrs["job"] == "dcgm" and x.value == 1}
 
     wait_until("exactly this test's dcgm targets up", lambda: dcgm_up() == expected, timeout=60)
+    stopped = f"{dcgm_targets[0].host}:{dcgm_targets[0].port}"
     dcgm_targets[0].stop()
-    down = wait_until(
+    down = wait_until(  # this test's target: one an earlier test stopped may still be listed down for a scrape
         "the stopped exporter to be down",
-        lambda: [x for x in collector.collect() if x.attrs["job"] == "dcgm" and x.value == 0],
+        lambda: [x for x in collector.collect() if x.attrs["job"] == "dcgm" and x.value == 0
+                 and x.subject.id == stopped],
         timeout=60,
     )
     assert down[0].subject.name == dcgm_targets[0].host
