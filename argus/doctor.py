@@ -120,14 +120,12 @@ def check_ray(settings: Settings, client: httpx.Client, now: Callable[[], float]
               ) -> tuple[list[Check], list[dict[str, Any]]]:
     url = settings.ray_dashboard_url.rstrip("/")
     asked = now()
-    try:
-        answer = client.get(f"{url}/nodes", params={"view": "summary"})
-        answer.raise_for_status()
-        summary = answer.json()["data"]["summary"]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-        return [Check("ray dashboard", FAIL, f"cannot read the nodes at {url}: {type(exc).__name__}: {exc}"[:400],
+    got = _data(client, f"{url}/nodes", {"view": "summary"}, "summary")
+    if isinstance(got, str):
+        return [Check("ray dashboard", FAIL, f"cannot read the nodes at {url}: {got}",
                       "start Ray's head with the dashboard (ray start --head --include-dashboard=true), or set "
                       "ray_dashboard_url")], []
+    answer, summary = got
     nodes = [n.get("raylet") or {} for n in summary]
     alive = [n for n in nodes if n.get("state") == "ALIVE"]
     dead = len(nodes) - len(alive)
@@ -139,6 +137,17 @@ def check_ray(settings: Settings, client: httpx.Client, now: Callable[[], float]
         head_now = parsedate_to_datetime(stamp).astimezone(timezone.utc).timestamp() + 0.5
         checks.append(_skew("clock vs ray head", head_now - (asked + now()) / 2, settings))
     return checks, alive
+
+
+def _data(client: httpx.Client, url: str, params: dict[str, str], key: str) -> tuple[httpx.Response, Any] | str:
+    """GET `url` and its JSON's data[key] (Ray's dashboard and Prometheus both answer {"data": {...}}); else why
+    not, in a few words."""
+    try:
+        answer = client.get(url, params=params)
+        answer.raise_for_status()
+        return answer, answer.json()["data"][key]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        return f"{type(exc).__name__}: {exc}"[:300]
 
 
 def check_gcs(settings: Settings) -> Check:
@@ -196,13 +205,11 @@ def check_py_spy(settings: Settings, client: httpx.Client, nodes: list[dict[str,
 def check_gpu_metrics(settings: Settings, client: httpx.Client) -> list[Check]:
     if settings.prometheus_url:
         base = settings.prometheus_url.rstrip("/")
-        try:
-            targets = client.get(f"{base}/api/v1/targets", params={"state": "active"})
-            targets.raise_for_status()
-            active = targets.json()["data"]["activeTargets"]
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            return [Check("prometheus", FAIL, f"cannot read targets at {base}: {type(exc).__name__}: {exc}"[:400],
+        got = _data(client, f"{base}/api/v1/targets", {"state": "active"}, "activeTargets")
+        if isinstance(got, str):
+            return [Check("prometheus", FAIL, f"cannot read targets at {base}: {got}",
                           "start Prometheus, or fix prometheus_url")]
+        active = got[1]
         dcgm = [t for t in active if "dcgm" in str(t.get("scrapePool", "")).lower()
                 or "dcgm" in str(t.get("labels", {}).get("job", "")).lower()]
         down = [str(t.get("scrapeUrl") or t.get("labels", {}).get("instance")) for t in dcgm if t.get("health") != "up"]

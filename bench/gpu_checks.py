@@ -200,8 +200,7 @@ def watch_fb(stop_when: subprocess.Popen[Any], collector: Any) -> tuple[float, f
 
 
 def argus(*args: str) -> subprocess.CompletedProcess[str]:
-    code = "import sys; sys.argv[0] = 'argus'; from argus.cli import main; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "argus.cli", *args], capture_output=True, text=True, timeout=300)
 
 
 def check_oom(out: Path) -> bool:

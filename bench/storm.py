@@ -39,10 +39,10 @@ from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from stage.localstack.argus_cli import ARGUS, argus_env, create_token, wait_healthy  # noqa: E402
 from stage.localstack.ports import free_port  # noqa: E402
 from stage.localstack.webhook_receiver import WebhookReceiver  # noqa: E402
 
-ARGUS = [sys.executable, "-c", "import sys; sys.argv[0] = 'argus'; from argus.cli import main; main()"]
 CATEGORIES = ("gpu_hardware", "host_oom", "disk_full", "nccl_error", "node_lost")
 SEVERITIES = ("warning", "critical")
 
@@ -144,34 +144,23 @@ def main() -> int:
     receiver = WebhookReceiver().start()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}
-    env.update({"ARGUS_DATA_DIR": str(work / "data"), "ARGUS_SHARED_ROOT": str(work / "shared"),
-                "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9", "ARGUS_REQUEST_TIMEOUT_S": "1",
-                "ARGUS_NOTIFY_CHANNELS": json.dumps([{"kind": "slack", "url": f"{receiver.url}/slack"}]),
-                "ARGUS_WEBHOOK_URLS": json.dumps([f"{receiver.url}/ops-agent"]), "ARGUS_LOG_LEVEL": "WARNING",
-                "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])})
-    if args.database_url:
-        env["ARGUS_DATABASE_URL"] = args.database_url
-    tokens = {}
-    for role in ("operator", "viewer"):
-        made = subprocess.run([*ARGUS, "tokens", "create", f"storm-{role}", "--role", role], env=env,
-                              capture_output=True, text=True, timeout=120)
-        if made.returncode != 0:
-            console.print(f"[red]argus tokens create failed:[/] {made.stderr.strip()[-500:]}")
-            return 2
-        tokens[role] = made.stdout.strip()
+    env = argus_env({
+        "ARGUS_DATA_DIR": str(work / "data"), "ARGUS_SHARED_ROOT": str(work / "shared"),
+        "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9", "ARGUS_REQUEST_TIMEOUT_S": "1",
+        "ARGUS_NOTIFY_CHANNELS": json.dumps([{"kind": "slack", "url": f"{receiver.url}/slack"}]),
+        "ARGUS_WEBHOOK_URLS": json.dumps([f"{receiver.url}/ops-agent"]), "ARGUS_LOG_LEVEL": "WARNING",
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+        **({"ARGUS_DATABASE_URL": args.database_url} if args.database_url else {})})
+    try:
+        tokens = {role: create_token(env, f"storm-{role}", role) for role in ("operator", "viewer")}
+    except RuntimeError as exc:
+        console.print(f"[red]{exc}[/]")
+        return 2
     server = subprocess.Popen([*ARGUS, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
                               stderr=(work / "serve.log").open("w"))
     proc = psutil.Process(server.pid)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        else:
+        if not wait_healthy(url, timeout_s=120):
             console.print(f"[red]argus serve did not answer; its log: {work / 'serve.log'}")
             return 2
 

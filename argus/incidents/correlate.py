@@ -31,6 +31,7 @@ ROOT_CAUSES = frozenset(
     {Category.GPU_HARDWARE, Category.NODE_LOST, Category.HOST_OOM, Category.GPU_OOM, Category.DISK_FULL}
 )
 ECHOES = frozenset({Category.NCCL_ERROR, Category.NCCL_HANG, Category.USER_ERROR, Category.UNKNOWN})
+OPEN_SCAN_LIMIT = 1000  # the store's largest page: the newest open incidents within the window
 
 
 def filing_order(finding: Finding) -> int:
@@ -58,11 +59,8 @@ class Correlator:
         """Open incidents of `categories` seen within the window, narrowed in the store (`not_subject_kind`,
         `mentions`: see Store.list_incidents); callers check what they need on what comes back."""
         since = self._clock() - self.window
-        for state in (IncidentState.OPEN, IncidentState.MITIGATING):
-            for incident in self.store.list_incidents(state=state, since=since, limit=1000, categories=categories,
-                                                      **narrow):
-                if incident.category in categories:
-                    yield incident
+        return self.store.list_incidents(states=(IncidentState.OPEN, IncidentState.MITIGATING), since=since,
+                                         limit=OPEN_SCAN_LIMIT, categories=categories, **narrow)
 
     def root_for(self, finding: Finding) -> Incident | None:
         """The open incident this finding belongs to under another fingerprint, if any (the earliest).

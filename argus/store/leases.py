@@ -59,9 +59,9 @@ class LeaseRepository:
                     acquired_at=case((mine, row.acquired_at), else_=now), renewed_at=now, expires_at=until)
         )
         with transaction(self._engine, f"taking lease {name}") as s:
-            result: CursorResult[Any] = s.execute(taking)  # type: ignore[assignment]
-            taken = result.rowcount == 1
-        if not taken and self.get(name) is None:
+            s.execute(taking)
+        lease = self.get(name)
+        if lease is None:  # nobody took this lease yet
             try:
                 with transaction(self._engine, f"creating lease {name}") as s:
                     s.add(LeaseRow(name=name, holder=holder, term=1, acquired_at=now, renewed_at=now,
@@ -70,8 +70,8 @@ class LeaseRepository:
                 if not isinstance(err.__cause__, exc.IntegrityError):
                     raise
                 # another replica created it first: it holds it
-        lease = self.get(name)
-        assert lease is not None  # created above, and leases are never deleted
+            lease = self.get(name)
+            assert lease is not None  # created just now, and leases are never deleted
         return Lease(lease.name, lease.holder, lease.term, lease.acquired_at, lease.expires_at,
                      held=lease.holder == holder and lease.expires_at >= now)
 

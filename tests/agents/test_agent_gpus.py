@@ -5,7 +5,6 @@ to the agent's node."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,7 @@ import httpx
 import pynvml
 import pytest
 
-from argus.agents.inbox import AgentInbox
 from argus.agents.node_agent import NodeAgent
-from argus.store.store import Store
 from collectors.agent_gpus import AgentGpuCollector, AgentGpuReport, readings_of, samples_of
 from collectors.nvml import NvmlCollector
 from core.types import Category, SubjectKind
@@ -27,19 +24,6 @@ from tests.detectors.test_idle_gpu import job, snapshot
 from tests.support import Clock
 
 NODE = ("node-a", "10.0.0.7", 2.0)
-
-
-@pytest.fixture
-def central(tmp_path: Path) -> Iterator[tuple[Central, str]]:
-    store = Store(f"sqlite:///{tmp_path / 'argus.db'}")
-    _, token = store.create_token("node-agents", "node_agent", created_by="test")
-    server = Central(store, AgentInbox(max_lines=50))
-    server.start()
-    try:
-        yield server, token
-    finally:
-        server.stop()
-        store.close()
 
 
 def gpu_agent(tmp_path: Path, url: str, token: str, nvml_module: Any, **kw: Any) -> NodeAgent:

@@ -6,7 +6,6 @@ buffer stops the reading (back-pressure), a full inbox answers 429 and the agent
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,6 @@ from typing import Any
 import httpx
 import pytest
 
-from argus.agents.inbox import AgentInbox
 from argus.agents.node_agent import NodeAgent
 from argus.agents.scanner import NodeScanner
 from argus.store.store import Store
@@ -28,19 +26,6 @@ from stage.localstack.central import Central
 
 RULES = load_rules()
 XID = "[Thu Nov 26 11:59:58 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
-
-
-@pytest.fixture
-def central(tmp_path: Path) -> Iterator[tuple[Central, str]]:
-    store = Store(f"sqlite:///{tmp_path / 'argus.db'}")
-    _, token = store.create_token("node-agents", "node_agent", created_by="test")
-    server = Central(store, AgentInbox(max_lines=50))
-    server.start()
-    try:
-        yield server, token
-    finally:
-        server.stop()
-        store.close()
 
 
 def ray_logs(tmp_path: Path) -> Path:

@@ -140,10 +140,10 @@ def test_a_process_killed_between_reading_a_line_and_filing_it_reads_it_again(tm
 def test_prometheus_killed_and_restarted_under_argus_serve(tmp_path: Path) -> None:
     import signal
     import subprocess
-    import sys
 
     import httpx
 
+    from stage.localstack.argus_cli import ARGUS, argus_env, create_token
     from stage.localstack.ports import free_port
     from stage.localstack.prometheus import Prometheus
     from tests.helpers import wait_until
@@ -153,17 +153,13 @@ def test_prometheus_killed_and_restarted_under_argus_serve(tmp_path: Path) -> No
     logs.mkdir(parents=True)
     driver = logs / "driver.log"
     driver.write_text("step:1 - loss:0.5\n")
-    argus = [sys.executable, "-c", "import sys; sys.argv[0] = 'argus'; from argus.cli import main; main()"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}
-    env.update({"ARGUS_DATA_DIR": str(tmp_path / "data"), "ARGUS_SHARED_ROOT": str(tmp_path / "shared"),
-                "ARGUS_PROMETHEUS_URL": prometheus.url, "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9",
-                "ARGUS_POLL_INTERVAL_S": "0.5", "ARGUS_REQUEST_TIMEOUT_S": "1"})
-    made = subprocess.run([*argus, "tokens", "create", "chaos", "--role", "viewer"], env=env, capture_output=True,
-                          text=True, timeout=120)
-    auth = {"authorization": f"Bearer {made.stdout.strip()}"}
+    env = argus_env({"ARGUS_DATA_DIR": str(tmp_path / "data"), "ARGUS_SHARED_ROOT": str(tmp_path / "shared"),
+                     "ARGUS_PROMETHEUS_URL": prometheus.url, "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9",
+                     "ARGUS_POLL_INTERVAL_S": "0.5", "ARGUS_REQUEST_TIMEOUT_S": "1"})
+    auth = {"authorization": f"Bearer {create_token(env, 'chaos', 'viewer')}"}
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([*argus, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([*ARGUS, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 
     def prometheus_ok() -> bool | None:

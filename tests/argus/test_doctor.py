@@ -7,9 +7,7 @@ against the texts Ray's dashboard sends (a transport standing in for the dashboa
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +18,9 @@ from argus.doctor import FAIL, OK, SKIP, WARN, Check, check_py_spy, run_checks
 from argus.store import migrate
 from argus.store.store import Store
 from core.settings import Settings, load_settings
+from stage.localstack.argus_cli import ARGUS, argus_env
 from stage.sim.dcgm_exporter import DcgmExporterSim
 from tests.helpers import wait_until
-
-ARGUS = [sys.executable, "-c", "import sys; sys.argv[0] = 'argus'; from argus.cli import main; main()"]
 
 
 def by_name(checks: list[Check]) -> dict[str, Check]:
@@ -77,10 +74,9 @@ def test_the_local_stack_passes_and_each_missing_part_is_named_with_its_fix(
 
 
 def test_a_fresh_install_is_told_what_is_missing_and_the_doctor_changes_nothing(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}
-    env.update({"ARGUS_DATA_DIR": str(tmp_path / "data"), "ARGUS_SHARED_ROOT": str(tmp_path / "nfs"),
-                "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9", "ARGUS_PROMETHEUS_URL": "http://127.0.0.1:9",
-                "ARGUS_REQUEST_TIMEOUT_S": "2"})
+    env = argus_env({"ARGUS_DATA_DIR": str(tmp_path / "data"), "ARGUS_SHARED_ROOT": str(tmp_path / "nfs"),
+                     "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9", "ARGUS_PROMETHEUS_URL": "http://127.0.0.1:9",
+                     "ARGUS_REQUEST_TIMEOUT_S": "2"})
     done = subprocess.run([*ARGUS, "doctor", "--json"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     checks = {c["check"]: c for c in json.loads(done.stdout)}

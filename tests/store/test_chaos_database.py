@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -22,10 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
+from stage.localstack.argus_cli import ARGUS, argus_env, create_token, wait_healthy
 from stage.localstack.ports import free_port
 
 pytestmark = pytest.mark.postgres
-ARGUS = [sys.executable, "-c", "import sys; sys.argv[0] = 'argus'; from argus.cli import main; main()"]
 
 
 class OwnPostgres:
@@ -81,25 +80,16 @@ def alert(name: str) -> dict[str, Any]:
 
 
 def serve(tmp_path: Path, db: str) -> tuple[subprocess.Popen[str], str, dict[str, str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}
-    env.update({"ARGUS_DATA_DIR": str(tmp_path / "data"), "ARGUS_DATABASE_URL": db,
-                "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9", "ARGUS_POLL_INTERVAL_S": "0.5",
-                "ARGUS_REQUEST_TIMEOUT_S": "1", "PYTHONUNBUFFERED": "1"})
-    made = subprocess.run([*ARGUS, "tokens", "create", "chaos", "--role", "operator"], env=env, capture_output=True,
-                          text=True, timeout=120)
-    assert made.returncode == 0, made.stderr
+    env = argus_env({"ARGUS_DATA_DIR": str(tmp_path / "data"), "ARGUS_DATABASE_URL": db,
+                     "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9", "ARGUS_POLL_INTERVAL_S": "0.5",
+                     "ARGUS_REQUEST_TIMEOUT_S": "1", "PYTHONUNBUFFERED": "1"})
+    token = create_token(env, "chaos", "operator")
     port = free_port()
     proc = subprocess.Popen([*ARGUS, "serve", "--port", str(port)], env=env, stdout=(tmp_path / "serve.log").open("w"),
                             stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    return proc, url, {"authorization": f"Bearer {made.stdout.strip()}"}
+    wait_healthy(url)
+    return proc, url, {"authorization": f"Bearer {token}"}
 
 
 def ticks(url: str) -> int:

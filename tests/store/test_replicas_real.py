@@ -6,10 +6,8 @@ exactly once."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,13 +24,13 @@ from detectors.lost_node import LostNodeDetector
 from remediation.actions import Context
 from remediation.policy import Mode
 from remediation.runner import Remediator
+from stage.localstack.argus_cli import ARGUS, argus_env
 from stage.localstack.ports import free_port
 from tests.helpers import wait_until
 from tests.remediation.test_remediation_real import Env
 from tests.store.conftest import _postgres_url
 
 pytestmark = pytest.mark.postgres
-ARGUS = [sys.executable, "-c", "import sys; sys.argv[0] = 'argus'; from argus.cli import main; main()"]
 
 
 @pytest.fixture
@@ -41,12 +39,10 @@ def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def replica_env(tmp_path: Path, db: str, name: str, **more: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ARGUS_")}
-    env.update({"ARGUS_DATA_DIR": str(tmp_path / name), "ARGUS_DATABASE_URL": db,
-                "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9", "ARGUS_POLL_INTERVAL_S": "0.5",
-                "ARGUS_REQUEST_TIMEOUT_S": "1", "ARGUS_LEADER_ELECTION": "true", "ARGUS_LEASE_TTL_S": "10",
-                "ARGUS_LEASE_RENEW_S": "2", "ARGUS_REPLICA_ID": name, "PYTHONUNBUFFERED": "1", **more})
-    return env
+    return argus_env({"ARGUS_DATA_DIR": str(tmp_path / name), "ARGUS_DATABASE_URL": db,
+                      "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9", "ARGUS_POLL_INTERVAL_S": "0.5",
+                      "ARGUS_REQUEST_TIMEOUT_S": "1", "ARGUS_LEADER_ELECTION": "true", "ARGUS_LEASE_TTL_S": "10",
+                      "ARGUS_LEASE_RENEW_S": "2", "ARGUS_REPLICA_ID": name, "PYTHONUNBUFFERED": "1", **more})
 
 
 def serve(tmp_path: Path, db: str, name: str, port: int, **more: str) -> subprocess.Popen[str]:
