@@ -55,7 +55,9 @@ FAST_HEALTH_CHECK_ENV = {
 # Nothing outside can be reached from test machines; the usage reporter would only retry and log.
 # The interpreter's bin first on PATH, as `source .venv/bin/activate && ray start` has it: the dashboard agent
 # runs the venv's py-spy for stack dumps (keep_scene) and finds it only there.
-_COMMON_ENV = {"RAY_USAGE_STATS_ENABLED": "0",
+# RAY_raylet_start_wait_time_s: `ray start` gives the raylet 30 s to register with the GCS by default; on a loaded
+# 2-core CI machine (the unit tests run beside the real stack) the head once needed more and `ray start` exited.
+_COMMON_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_raylet_start_wait_time_s": "120",
                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])}
 _METRICS_MIN_PORT = 20000
 _STOP_GRACE_S = 15.0

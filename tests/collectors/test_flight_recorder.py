@@ -64,7 +64,10 @@ def process_with_recorder(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     (tmp_path / "fr").mkdir()
     prefix = tmp_path / "fr" / "trace_rank_"
     env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "200", "TORCH_FR_DUMP_TEMP_FILE": str(prefix)}
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    # The child says when it runs: until its exec, /proc/<pid>/environ is still this process's, without the recorder.
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"], env=env,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "up"
     try:
         yield child.pid, prefix
     finally:
