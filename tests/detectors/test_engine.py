@@ -305,6 +305,8 @@ NODE_LOST_LINES = {
     "(raylet) Raylet is terminated. Termination is unexpected. Possible reasons include: (1) SIGKILL": (
         "RayletTerminatedUnexpectedly"
     ),
+    "(raylet, ip=10.244.0.7) [2023-11-22 13:47:00,634 E 24 59] (raylet) agent_manager.cc:70: The raylet exited "
+    "immediately because one Ray agent failed, agent_name = dashboard_agent/1015601482.": "RayletExitedWithAgent",
     "The actor 5e3c0a9b4f2d1e0c8a7b6c5d is unavailable: The actor is temporarily unavailable: IOError: "
     "Connection reset. The task may or may not have been executed on the actor.": "ActorUnavailable",
 }

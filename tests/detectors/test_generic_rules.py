@@ -74,6 +74,11 @@ SHAPES = [
      "kubernetes-pod-termination).", "node_lost"),
     ("An ORTE daemon has unexpectedly failed after launch and before communicating back to mpirun.", "node_lost"),
     ("Exception: reward function returned None for sample 12", "user_error"),
+    # Ray's control plane losing a node at the network level: the GCS's RPCs to it reset
+    ("[2024-12-05 07:00:39,285 W 688314 688314] (gcs_server) gcs_server.cc:377: [1] Failed to get the resource load: "
+     "RpcError: RPC Error message: recvmsg:Connection reset by peer; RPC Error details:", "node_lost"),
+    ("(gcs_server) gcs_health_check_manager.cc:108: Health check failed for node 9f3c, remaining checks 2, status 14, "
+     "status message failed to connect to all addresses", "node_lost"),
 ]
 
 
@@ -119,6 +124,13 @@ def test_healthy_lines_with_alarming_words_are_no_failure(line: str) -> None:
 ])
 def test_a_bare_out_of_memory_error_is_not_read_as_the_gpus_where_the_line_names_the_host(line: str) -> None:
     assert "GenericOutOfMemoryError" not in [r.reason for r in RULES.match(line)]
+
+
+def test_a_connection_reset_in_rays_control_plane_is_a_node_not_the_jobs_communication() -> None:
+    # The same words in a rank's own socket stay a communication failure.
+    assert verdict("[E socket.cpp:860] [c10d] recv failed: Connection reset by peer")["category"] == "nccl_error"
+    ray_rpc = "(raylet) node_manager.cc:1 RpcError: RPC Error message: Connection reset by peer"
+    assert "GenericPeerConnectionLost" not in [r.reason for r in RULES.match(ray_rpc)]
 
 
 def test_a_signature_anywhere_in_the_log_decides_over_every_generic_reading() -> None:
