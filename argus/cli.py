@@ -58,6 +58,10 @@ def serve(
 
     settings = _settings(config, api_host=host, api_port=port)
     setup_logging(settings.log_level, settings.data_dir / "logs" / "argus.log")
+    # Threads that work (the alert filer, report writers) hold the interpreter for 5 ms slices by default; a request
+    # waits for a slice at each database or socket call it makes, which in an alert storm made reads take seconds.
+    # 1 ms slices cost the workers a little throughput and give the API's readers their answers in milliseconds.
+    sys.setswitchinterval(0.001)
     service = ArgusService(settings)
     try:
         app = service.start()

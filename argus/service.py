@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the modules load in start(): `argus --help` stays quick
     from argus.control_plane import ControlPlane
     from argus.daemon import Daemon
     from argus.exporter import ArgusMetrics
+    from argus.incidents.alert_filer import AlertFiler
     from argus.incidents.bus import EventBus
     from argus.incidents.desk import IncidentDesk
     from argus.leader import LeaderElector
@@ -55,6 +56,7 @@ class ArgusService:
         self.metrics: ArgusMetrics | None = None
         self.events: EventBus | None = None
         self.incidents: IncidentDesk | None = None
+        self.alert_filer: AlertFiler | None = None
 
     def start(self) -> FastAPI:
         """Open the store, recover interrupted remediation, start the loop and the writers; return the app."""
@@ -91,6 +93,13 @@ class ArgusService:
         self.incidents = incidents = build_incidents(
             settings, store, events=events, public_url=public, metrics=metrics, reports=reports,
             remediator=remediator, dispatcher=dispatcher, links=links)
+        # Every replica files the alerts its webhook accepted (claimed under its replica id); started now, so what a
+        # killed Argus had accepted and not filed is filed at once.
+        from argus.incidents.alert_filer import LOCAL_HOLDER, AlertFiler
+        from argus.leader import default_replica_id
+
+        replica = (settings.replica_id or default_replica_id()) if settings.leader_election else LOCAL_HOLDER
+        self.alert_filer = alert_filer = AlertFiler(store, incidents, holder=replica).start()
         chores = {"job timeouts": (control.jobs.enforce_timeouts, settings.job_timeout_check_s),
                   "remediation": (remediator.run_pending, settings.remediation_interval_s)}
         inbox = None
@@ -102,7 +111,7 @@ class ArgusService:
         self.daemon = daemon = Daemon(pipeline, interval_s=settings.poll_interval_s, chores=chores)
         health: Callable[[], dict[str, Any]] = pipeline.health
         if settings.leader_election:
-            from argus.leader import LeaderElector, default_replica_id
+            from argus.leader import LeaderElector
 
             def lead(term: int) -> None:
                 remediator.recover()  # the steps the last leader left running: finished, re-run when safe, reported
@@ -110,7 +119,7 @@ class ArgusService:
                 daemon.start()
 
             self.elector = elector = LeaderElector(
-                store.leases, replica=settings.replica_id or default_replica_id(), on_elected=lead,
+                store.leases, replica=replica, on_elected=lead,
                 on_deposed=self.on_deposed, ttl_s=settings.lease_ttl_s, renew_s=settings.lease_renew_s)
 
             def health() -> dict[str, Any]:
@@ -122,7 +131,7 @@ class ArgusService:
         app = create_app(store=store, incidents=incidents, health_provider=health, metrics=metrics,
                          control=control, remediator=remediator, approval_links=links,
                          web=WebUi(Sessions(secret_in(settings.data_dir))), node_agents=inbox,
-                         leader=self.elector.view if self.elector else None)
+                         leader=self.elector.view if self.elector else None, alert_filer=alert_filer)
         self.app = app
         if self.elector is not None:
             self.elector.start()  # the loop starts when this replica is elected
@@ -139,6 +148,8 @@ class ArgusService:
             self.daemon.stop()
         if self.elector is not None:
             self.elector.resign()  # nothing of this tenure runs now: a follower may take over at once
+        if self.alert_filer is not None:
+            self.alert_filer.close()  # what it did not file stays queued for the next start
         if self.reports is not None:
             self.reports.stop(timeout_s=reports_timeout_s)
         if self.events is not None:

@@ -51,7 +51,10 @@ def setup_logging(level: str = "INFO", log_file: Path | None = None, quiet_libra
         log_file.parent.mkdir(parents=True, exist_ok=True)
         logger.add(log_file, level="DEBUG", format=FORMAT, filter=_extra_str, rotation="50 MB", retention=5)
     handler = _InterceptHandler()
-    logging.basicConfig(handlers=[handler], level=0, force=True)
+    # The root level decides for every library not named above (httpcore, urllib3, sqlalchemy...): at 0 each of
+    # their debug calls is built and routed into loguru only to be dropped there, which cost a tenth of the server's
+    # CPU in an alert storm (httpcore traces every request the webhook notifier makes).
+    logging.basicConfig(handlers=[handler], level=logging.WARNING if quiet_libraries else 0, force=True)
     for name in _ROUTED:
         lib = logging.getLogger(name)
         lib.handlers = [handler]

@@ -175,6 +175,8 @@ class Remediator:
         Reads the steps still open and those that changed within the guards' longest window (a day, or
         min_drain_interval_s if longer), not every step ever taken; a step that ran is updated in place, so the next
         step of its plan may run in the same pass."""
+        if not self.store.any_runnable_action():
+            return []  # nothing to run: the day of history is read only when a step may run
         horizon = timedelta(seconds=max(86400.0, self.policy.guards.min_drain_interval_s))
         actions = {a.id: a for a in self.store.list_actions(updated_since=self.clock() - horizon,
                                                             or_states=OPEN_STATES)}

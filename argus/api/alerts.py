@@ -1,119 +1,62 @@
-"""Alertmanager's webhook: alerts from the rules Argus exports (and any others) become findings, filed
-through the same deduplication as Argus's own detections.
+"""Alertmanager's webhook: alerts from the rules Argus exports (and any others) become findings, filed through the
+same deduplication as Argus's own detections (argus/incidents/alertmanager.py says how an alert becomes a finding).
 
-The body is Alertmanager's webhook format (version 4): `status`, `receiver`, `groupKey`, `alerts[]` with
-`status`, `labels`, `annotations`, `startsAt`, `endsAt`, `fingerprint`. An alert of a rule Argus exported
-carries `category` and `severity` labels and gets the fingerprint Argus's own evaluation of that rule gives
-(category, the subject from its labels, the alert name), so the two land in one incident. A resolved alert
-resolves the open incident it opened, if nothing else keeps it open. Both go through the incident desk, so
-webhooks, IM, reports and remediation hear of them as of any other incident. Configure Alertmanager with
+A request's alerts are queued in the store (argus/store/alert_inbox.py: one INSERT, so a storm is accepted as fast as
+Alertmanager sends it) and filed by the alert filer (argus/incidents/alert_filer.py). Where nothing was waiting, the
+request waits up to ALERT_WAIT_S for its own alerts to be filed and answers 200 with their incidents; otherwise it
+answers 202 with how many were queued. Either way, an alert answered for is in the store: nothing accepted is lost.
+A store that cannot take them answers 503 (Alertmanager sends them again). Configure Alertmanager with
 `http_config.authorization.credentials: <an Argus operator token>`.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.responses import JSONResponse
 
 from argus.api.auth import require
-from argus.api.state import incidents_of
-from argus.incidents.desk import IncidentDesk, Outcome
+from argus.incidents.alert_filer import AlertFiler
+from argus.incidents.alertmanager import AlertFiled, AlertmanagerWebhook
 from argus.store.tokens import Role
-from collectors.metric_rules import subject_of
-from core.types import Category, Evidence, Finding, Severity, fingerprint_of, utcnow
 
 router = APIRouter(tags=["alerts"])
-Text = Annotated[str, Field(max_length=4096)]
+ALERTMANAGER_PATH = "/v1/alerts/alertmanager"
+ALERT_WAIT_S = 5.0  # how long a request waits for its alerts to be filed (Alertmanager's own timeout is longer)
 
 
-class Alert(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    status: Literal["firing", "resolved"]
-    labels: dict[Annotated[str, Field(max_length=256)], Text] = Field(max_length=64)
-    annotations: dict[Annotated[str, Field(max_length=256)], Text] = Field(default_factory=dict, max_length=64)
-    startsAt: datetime  # noqa: N815 - Alertmanager's field names
-    endsAt: datetime | None = None  # noqa: N815
-    generatorURL: Text = ""  # noqa: N815
-    fingerprint: Annotated[str, Field(max_length=64)] = ""
+def filer_of(request: Request) -> AlertFiler:
+    filer: AlertFiler = request.app.state.alert_filer
+    return filer.start()
 
 
-class AlertmanagerWebhook(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    version: Literal["4"]
-    status: Literal["firing", "resolved"]
-    receiver: Text = ""
-    groupKey: Text = ""  # noqa: N815
-    alerts: list[Alert] = Field(min_length=1, max_length=1000)
-
-
-def to_finding(alert: Alert) -> Finding:
-    labels = alert.labels
-    name = labels.get("alertname", "AlertmanagerAlert")[:120]
-    try:
-        category = Category(labels.get("category", "unknown"))
-    except ValueError:
-        category = Category.UNKNOWN
-    try:
-        severity = Severity(labels.get("severity", "warning"))
-    except ValueError:
-        severity = Severity.WARNING
-    subject = subject_of(labels)
-    summary = alert.annotations.get("summary") or alert.annotations.get("description") or name
-    shown = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))[:1000]
-    return Finding(
-        category=category, reason=name, subject=subject, summary=summary[:1000], severity=severity,
-        confidence=0.9 if category is not Category.UNKNOWN else 0.5,
-        evidence=(Evidence(source="alertmanager", text=f"{name} {alert.status}: {shown}", at=alert.startsAt),),
-        first_seen=alert.startsAt, detected_at=utcnow(),
-        recommended_action=alert.annotations.get("action"),
-        fingerprint=fingerprint_of(category, subject, name),
-        attrs={"labels": dict(labels), "alertmanager_fingerprint": alert.fingerprint,
-               "generator_url": alert.generatorURL, **_subject_attrs(labels)},
-    )
+@router.post(ALERTMANAGER_PATH, dependencies=[Depends(require(Role.OPERATOR))])
+async def alertmanager(request: Request, body: Annotated[AlertmanagerWebhook, Body()]) -> Any:
+    """Queue the alerts, then (where none were waiting) wait for them to be filed: firing alerts open or fold into
+    incidents, resolved ones resolve the incident they opened."""
+    filer = filer_of(request)
+    alerts = [alert.model_dump(mode="json") for alert in body.alerts]
+    ids, waiting = await run_in_threadpool(filer.store.alert_inbox.put, alerts, group_key=body.groupKey,
+                                           holder=filer.holder)
+    filer.wake()
+    filed = await run_in_threadpool(filer.wait_for, ids, ALERT_WAIT_S) if waiting == 0 else None
+    answer = _answer(filed, queued=len(ids))
+    request.state.audit_detail = {"group": body.groupKey[:200], **{k: answer[k] for k in
+                                                                   ("opened", "reopened", "resolved", "queued")}}
+    return answer if filed is not None else JSONResponse(answer, status_code=202)
 
 
-def _subject_attrs(labels: dict[str, str]) -> dict[str, str]:
-    out = {}
-    if labels.get("submission_id"):
-        out["submission_id"] = labels["submission_id"]
-    ip = labels.get("ip") or labels.get("node_ip") or labels.get("instance", "").rsplit(":", 1)[0]
-    if ip:
-        out["node_ip"] = ip
-    return out
+def _answer(filed: dict[int, AlertFiled] | None, *, queued: int) -> dict[str, Any]:
+    """What the webhook answers: the incidents its alerts opened, reopened and resolved and how many folded into open
+    ones; or, when they are still queued, how many."""
+    if filed is None:
+        return {"opened": [], "reopened": [], "folded": 0, "resolved": [], "queued": queued}
+    outcomes = [filed[i] for i in sorted(filed)]
 
+    def ids(kind: str) -> list[str]:
+        return [o.incident_id for o in outcomes if o.outcome == kind and o.incident_id]
 
-@router.post("/v1/alerts/alertmanager", dependencies=[Depends(require(Role.OPERATOR))])
-async def alertmanager(request: Request, body: Annotated[AlertmanagerWebhook, Body()]) -> dict[str, Any]:
-    """File firing alerts through the incident desk (correlated and announced like Argus's own findings); a
-    resolved alert resolves the incident it opened."""
-    desk = incidents_of(request)
-    return await run_in_threadpool(_file_all, request, desk, body)
-
-
-def _file_all(request: Request, desk: IncidentDesk, body: AlertmanagerWebhook) -> dict[str, Any]:
-    """A webhook's alerts, filed in one worker thread (one hop off the event loop per request, not per alert)."""
-    opened, reopened, folded, resolved = [], [], 0, []
-    for alert in body.alerts:
-        finding = to_finding(alert)
-        if alert.status == "firing":
-            filed = desk.file(finding)
-            if filed.outcome is Outcome.OPENED:
-                opened.append(filed.incident.id)
-            elif filed.outcome is Outcome.REOPENED:  # the alert fired again soon after it resolved
-                reopened.append(filed.incident.id)
-            else:
-                folded += 1
-        else:
-            incident = desk.store.find_open(finding.fingerprint)
-            if incident is not None:
-                desk.resolve(incident.id, by="alertmanager", reason=f"{finding.reason} resolved")
-                resolved.append(incident.id)
-    request.state.audit_detail = {"group": body.groupKey[:200], "opened": opened, "reopened": reopened,
-                                  "resolved": resolved}
-    return {"opened": opened, "reopened": reopened, "folded": folded, "resolved": resolved}
+    return {"opened": ids("opened"), "reopened": ids("reopened"),
+            "folded": sum(o.outcome == "folded" for o in outcomes), "resolved": ids("resolved"), "queued": 0}

@@ -11,9 +11,10 @@ from argus import __version__
 from argus.api import actions, agents, alerts, errors, health, jobs, nodes, ops
 from argus.api import incidents as incident_routes
 from argus.api.auth import install_audit, require
-from argus.api.limits import MAX_BODY_BYTES, BodyLimit
+from argus.api.limits import MAX_BODY_BYTES, BodyLimit, InFlight, RequestCount
 from argus.control_plane import ControlPlane
 from argus.exporter import ArgusMetrics, metrics_router
+from argus.incidents.alert_filer import LOCAL_HOLDER, AlertFiler
 from argus.incidents.correlate import Correlator
 from argus.incidents.desk import IncidentDesk
 from argus.store.tokens import Role
@@ -41,11 +42,13 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     node_agents: AgentInbox | None = None,
     leader: Callable[[], LeaderView] | None = None,
+    alert_filer: AlertFiler | None = None,
 ) -> FastAPI:
     """The API. Without `control` the job, node and ops routes answer 503 (NotConfigured), as the remediation
     routes do without `remediator`. `incidents`: the desk that files and resolves incidents and tells its
     subscribers; by default one over `store` that tells nobody. `leader`: this replica's view of the leader lease
-    (argus/leader.py), None for a single replica. Routes read these through argus/api/state.py."""
+    (argus/leader.py), None for a single replica. `alert_filer`: files the alerts Alertmanager's webhook queues (by
+default one over `store` and the desk, started by the first webhook). Routes read these through argus/api/state.py."""
     app = FastAPI(
         title="Argus",
         version=__version__,
@@ -56,6 +59,7 @@ def create_app(
     app.state.control = control
     app.state.remediator = remediator
     app.state.incidents = incidents or IncidentDesk(store, correlator=Correlator(store))
+    app.state.alert_filer = alert_filer or AlertFiler(store, app.state.incidents, holder=LOCAL_HOLDER)
     app.state.approval_links = approval_links
     app.state.agents = node_agents
     app.state.leader = leader
@@ -75,4 +79,8 @@ def create_app(
         app.include_router(metrics_router(metrics))
     install_web(app, web)  # the web page under /ui (and GET / leading there), out of the OpenAPI schema
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # added last: the outermost of ours
+    reading = RequestCount()
+    app.add_middleware(InFlight, count=reading, background=frozenset({alerts.ALERTMANAGER_PATH}))
+    if app.state.alert_filer.busy is None:
+        app.state.alert_filer.busy = lambda: reading.now > 0
     return app

@@ -20,6 +20,9 @@ def health(request: Request) -> dict[str, Any]:
     down = [s["name"] for s in body.get("sources", []) if s.get("ok") is False]
     body["status"] = "degraded" if down else "ok"
     body["unreachable"] = down
+    filer = getattr(request.app.state, "alert_filer", None)
+    if filer is not None:  # as of its last pass: health never waits on the database
+        body["alert_inbox"] = {"queued": filer.backlog, "error": filer.last_error}
     return body
 
 

@@ -66,3 +66,31 @@ def _replay(messages: list[dict[str, Any]], receive: Any) -> Any:
         return pending.pop(0) if pending else await receive()
 
     return replayed
+
+
+
+class RequestCount:
+    """How many API requests are being answered now (InFlight keeps it; it changes on the event loop only)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+
+class InFlight:
+    """Counts the API requests being answered, except the paths in `background` (webhooks): background work (the
+    alert filer) pauses between items while people are reading, so an alert storm does not slow the API's readers."""
+
+    def __init__(self, app: Any, count: RequestCount, background: frozenset[str] = frozenset()) -> None:
+        self.app = app
+        self.counted = count
+        self.background = background
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path") in self.background:
+            await self.app(scope, receive, send)
+            return
+        self.counted.now += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.counted.now -= 1

@@ -99,6 +99,14 @@ class ActionRepository:
                 query = query.where(ActionRow.incident_id == incident_id)
             return [row.to_domain() for row in s.scalars(query)]
 
+    def any_runnable(self) -> bool:
+        """Whether a step is approved, or planned as a dry run: what the runner runs. One indexed query, so the
+        runner's pass costs next to nothing while no step waits (an alert storm plans thousands waiting for people)."""
+        runnable = or_(ActionRow.state == ActionState.APPROVED.value,
+                       (ActionRow.state == ActionState.PLANNED.value) & ActionRow.dry_run.is_(True))
+        with transaction(self._engine, "looking for runnable actions", read_only=True) as s:
+            return s.scalars(select(ActionRow.id).where(runnable).limit(1)).first() is not None
+
 
 def _action_row(s: Session, action_id: str, *, for_update: bool = False) -> ActionRow:
     query = select(ActionRow).where(ActionRow.id == action_id)

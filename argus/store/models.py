@@ -449,3 +449,21 @@ class LeaseRow(Base):
     acquired_at: Mapped[datetime] = mapped_column(UTCDateTime)
     renewed_at: Mapped[datetime] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class AlertInboxRow(Base):
+    """An Alertmanager alert accepted by the webhook and not yet filed (argus/store/alert_inbox.py): kept until the
+    incident desk has filed it, so an Argus killed between accepting and filing loses nothing.
+
+    `claimed_by` is the replica that files it (the one that accepted it); `claimed_at` is renewed while that replica
+    works through its queue, so another replica takes over only the alerts of a replica that stopped.
+    """
+
+    __tablename__ = "alert_inbox"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    group_key: Mapped[str] = mapped_column(CleanText)
+    alert: Mapped[dict[str, Any]] = mapped_column(CleanJSON)
+    claimed_by: Mapped[str] = mapped_column(CleanString(LEASE_HOLDER_MAX), index=True)
+    claimed_at: Mapped[datetime] = mapped_column(UTCDateTime)

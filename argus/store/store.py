@@ -22,6 +22,7 @@ from loguru import logger
 
 from argus.store import migrate
 from argus.store.actions import ActionRepository
+from argus.store.alert_inbox import AlertInboxRepository
 from argus.store.api_tokens import TokenRepository
 from argus.store.audit import AuditRepository
 from argus.store.deliveries import DeliveryRepository
@@ -82,6 +83,7 @@ class Store:
         self.deliveries = DeliveryRepository(self._engine, clock=clock)
         self.detector_state = DetectorStateRepository(self._engine, clock=clock)
         self.leases = LeaseRepository(self._engine, clock=clock)
+        self.alert_inbox = AlertInboxRepository(self._engine, clock=clock)
         logger.debug("incident store ready at {}", self.address)
 
     @property
@@ -187,6 +189,10 @@ class Store:
     ) -> Action:
         """Move an action only if it is still in one of `from_states`; Conflict otherwise."""
         return self.actions.transition(action_id, from_states, to_state, result)
+
+    def any_runnable_action(self) -> bool:
+        """Whether an action is approved or a planned dry run (the remediation runner's work)."""
+        return self.actions.any_runnable()
 
     def list_actions(self, incident_id: str | None = None, *, updated_since: datetime | None = None,
                      or_states: Collection[ActionState] = ()) -> list[Action]:

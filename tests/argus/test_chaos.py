@@ -208,7 +208,78 @@ def test_an_alert_storm_is_all_accepted_one_incident_a_fingerprint_with_few_im_m
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["accepted"] == result["sent"] == 1200 and result["refused"] == {}
-    assert result["incidents"] == result["opened"] == 300 and result["folded"] == 900
+    assert result["incidents"] == 300 and result["one_per_fingerprint"]  # all filed once the storm's queue drained
     assert result["webhook_posts_total"] == 300  # the ops agent hears of each incident once
     assert 1 <= result["im_messages_total"] <= 20  # people get a few digests, not 300 messages
     assert result["api_read_errors"] == 0 and result["api_reads"] > 0
+
+
+def test_alerts_accepted_before_a_sigkill_are_filed_after_the_restart(tmp_path: Path) -> None:
+    """A real `argus serve` takes a burst of Alertmanager webhooks (accepted: queued in its store), is SIGKILLed before
+    its filer got through them, and files every one after it starts again: one incident per alert name."""
+    import signal
+    import subprocess
+
+    import httpx
+
+    from stage.localstack.argus_cli import ARGUS, argus_env, create_token
+    from stage.localstack.ports import free_port
+    from tests.helpers import wait_until
+
+    env = argus_env({"ARGUS_DATA_DIR": str(tmp_path / "data"), "ARGUS_SHARED_ROOT": str(tmp_path / "shared"),
+                     "ARGUS_RAY_DASHBOARD_URL": "http://127.0.0.1:9", "ARGUS_REQUEST_TIMEOUT_S": "1"})
+    operator = {"authorization": f"Bearer {create_token(env, 'am', 'operator')}"}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    def serve() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([*ARGUS, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        wait_until("argus serve to answer", lambda: _answers(url), timeout=60, interval=0.2)
+        return proc
+
+    def body(n: int) -> dict[str, Any]:
+        return {"version": "4", "status": "firing", "groupKey": f"burst/{n}", "alerts": [
+            {"status": "firing", "startsAt": "2026-11-28T09:00:00Z",
+             "labels": {"alertname": f"Burst{n:03d}x{i:02d}", "category": "disk_full", "node_ip": f"10.0.{n}.{i}"}}
+            for i in range(20)]}
+
+    proc = serve()
+    try:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with httpx.Client(headers=operator, timeout=30) as client, ThreadPoolExecutor(10) as pool:  # a burst at once
+            answers = list(pool.map(lambda n: client.post(f"{url}/v1/alerts/alertmanager", json=body(n)).status_code,
+                                    range(10)))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert set(answers) <= {200, 202} and 202 in answers, answers  # accepted; most still queued
+        store = Store(f"sqlite:///{tmp_path / 'data' / 'argus.db'}")
+        try:
+            left = store.alert_inbox.depth()
+        finally:
+            store.close()
+        assert left > 0  # the kill came before the filer was through: these were accepted, not filed
+
+        proc = serve()
+        viewer = {"authorization": f"Bearer {create_token(env, 'reader', 'viewer')}"}
+
+        def all_filed() -> int | None:
+            items = httpx.get(f"{url}/v1/incidents", params={"limit": 1000}, headers=viewer, timeout=10).json()
+            return len(items["items"]) if len(items["items"]) == 200 else None
+
+        wait_until("every accepted alert filed after the restart", all_filed, timeout=300, interval=1)
+        assert httpx.get(f"{url}/v1/health", timeout=10).json()["alert_inbox"]["queued"] == 0
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/v1/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -93,7 +93,7 @@ def test_an_alertmanager_incident_reaches_webhooks_as_opened_then_resolved(tmp_p
             assert opened["body"]["link"] == f"http://argus.example:8080/v1/incidents/{incident_id}"
 
             again = client.post("/v1/alerts/alertmanager", json=webhook_body("firing", alert("firing", **labels)))
-            assert again.json() == {"opened": [], "reopened": [], "folded": 1, "resolved": []}
+            assert again.json() == {"opened": [], "reopened": [], "folded": 1, "resolved": [], "queued": 0}
             done = client.post("/v1/alerts/alertmanager", json=webhook_body("resolved", alert("resolved", **labels)))
             assert done.json()["resolved"] == [incident_id]
             resolved = receiver.wait_for(lambda p: p["body"]["event"] == "incident.resolved", what="resolved")

@@ -162,7 +162,7 @@ def test_alerts_become_one_incident_and_resolve_it(api) -> None:
     first = client.post("/v1/alerts/alertmanager", json=body(alert()))
     assert first.status_code == 200 and len(first.json()["opened"]) == 1
     again = client.post("/v1/alerts/alertmanager", json=body(alert()))
-    assert again.json() == {"opened": [], "reopened": [], "folded": 1, "resolved": []}
+    assert again.json() == {"opened": [], "reopened": [], "folded": 1, "resolved": [], "queued": 0}
     [incident] = store.list_incidents()
     assert incident.category is Category.GPU_HARDWARE and incident.subject.id == "gpu-node-1"
     done = client.post("/v1/alerts/alertmanager", json=body(alert("resolved"), status="resolved"))
