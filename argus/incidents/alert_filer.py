@@ -27,6 +27,7 @@ from argus.incidents.desk import IncidentDesk
 from core.errors import StoreError
 
 DONE_EVERY = 25  # filed alerts removed from the inbox in one statement: at most this many are filed twice after a kill
+IDLE_MAX_S = 10.0
 LOCAL_HOLDER = "argus"  # the claims of a single replica (no leader election): the same name across restarts
 OUTCOMES_KEPT = 20_000  # outcomes kept for webhooks waiting on them; older ones are dropped
 
@@ -76,6 +77,7 @@ class AlertFiler:
 
     def _run(self) -> None:
         failures = 0
+        idle_s = self.poll_s
         while not self._stop.is_set():
             try:
                 filed = self.file_pending()
@@ -87,9 +89,14 @@ class AlertFiler:
                 logger.warning("could not file queued alerts (attempt {}): {}", failures, exc)
                 self._stop.wait(min(30.0, self.poll_s * 2 ** min(failures, 5)))
                 continue
-            if filed == 0:
-                self._wake.wait(self.poll_s)
-                self._wake.clear()
+            if filed:
+                idle_s = self.poll_s
+                continue
+            # Nothing queued: look again less and less often (up to IDLE_MAX_S; a webhook wakes the filer at once), as
+            # only another replica's stale alerts can appear unannounced.
+            woken = self._wake.wait(idle_s)
+            self._wake.clear()
+            idle_s = self.poll_s if woken else min(IDLE_MAX_S, idle_s * 2)
 
     # -- filing -------------------------------------------------------------------------------------------------
 
