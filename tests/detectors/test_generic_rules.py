@@ -74,6 +74,14 @@ SHAPES = [
      "kubernetes-pod-termination).", "node_lost"),
     ("An ORTE daemon has unexpectedly failed after launch and before communicating back to mpirun.", "node_lost"),
     ("Exception: reward function returned None for sample 12", "user_error"),
+    # Spark on YARN: a lost executor is a lost machine, unless YARN killed its container for memory
+    ("ExecutorLostFailure (executor 3 exited caused by one of the running tasks) Reason: Container marked as failed: "
+     "container_1_0003 on host: 10.0.0.5. Exit status: -100. Diagnostics: Container released on a *lost* node",
+     "node_lost"),
+    ("ExecutorLostFailure (executor 7 exited caused by one of the running tasks) Reason: Container killed by YARN for "
+     "exceeding memory limits. 11.0 GB of 11 GB physical memory used.", "host_oom"),
+    ("distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarting", "host_oom"),
+    ("sky.exceptions.ClusterNotUpError: Cluster 'train-4' is not up; cannot run job.", "node_lost"),
     # Ray's control plane losing a node at the network level: the GCS's RPCs to it reset
     ("[2024-12-05 07:00:39,285 W 688314 688314] (gcs_server) gcs_server.cc:377: [1] Failed to get the resource load: "
      "RpcError: RPC Error message: recvmsg:Connection reset by peer; RPC Error details:", "node_lost"),
