@@ -21,8 +21,8 @@ def health(request: Request) -> dict[str, Any]:
     body["status"] = "degraded" if down else "ok"
     body["unreachable"] = down
     filer = getattr(request.app.state, "alert_filer", None)
-    if filer is not None:  # as of its last pass: health never waits on the database
-        body["alert_inbox"] = {"queued": filer.backlog, "error": filer.last_error}
+    if filer is not None:
+        body["alert_inbox"] = filer.state()
     return body
 
 

@@ -75,6 +75,15 @@ class AlertFiler:
     def wake(self) -> None:
         self._wake.set()
 
+    def state(self) -> dict[str, Any]:
+        """How many of this replica's alerts wait to be filed (counted in the store now: a pass under way still holds
+        its alerts there), and the last error; with the store unreachable, the count of the last pass and why."""
+        try:
+            queued, error = self.store.alert_inbox.depth(self.holder), self.last_error
+        except StoreError as err:
+            queued, error = self.backlog, str(err)[:300]
+        return {"queued": queued, "error": error}
+
     def _run(self) -> None:
         failures = 0
         idle_s = self.poll_s

@@ -68,7 +68,9 @@ def test_an_agent_on_every_node_sends_a_new_line_within_seconds_and_a_killed_age
     detector = LogRuleDetector(load_rules())
     with (log_dir / "raylet.out").open("a") as f:
         written = time.monotonic()
-        f.write("[2026-11-26 12:00:00,000 E 1 1] Out of memory: Killed process 4242 (python) total-vm:81234kB\n")
+        # stamped now, as the raylet would: the session's cluster is shared, and a later test dates raylet.out's lines
+        stamp = datetime.now(timezone.utc).astimezone().strftime("%Y-%m-%d %H:%M:%S,000")
+        f.write(f"[{stamp} E 1 1] Out of memory: Killed process 4242 (python) total-vm:81234kB\n")
 
     def found() -> list:
         batches: list[AgentBatch] = inbox.take()
