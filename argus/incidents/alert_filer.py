@@ -52,7 +52,7 @@ class AlertFiler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
-        self.backlog = 0  # this replica's alerts waiting, as of the last pass
+        self.backlog = 0  # of the last pass's alerts, those it did not file: state()'s answer when the store is down
         self.last_error: str | None = None
 
     # -- running ------------------------------------------------------------------------------------------------
@@ -141,7 +141,7 @@ class AlertFiler:
         finally:
             if rest := filed[len(filed) - len(filed) % DONE_EVERY:]:
                 inbox.done(rest)
-        self.backlog = inbox.depth(self.holder) if queued else 0
+        self.backlog = len(queued) - len(filed)  # state() counts in the store; no second query on every pass
         return len(filed)
 
     def _yield_to_readers(self) -> None:
