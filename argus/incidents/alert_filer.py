@@ -24,12 +24,14 @@ from pydantic import ValidationError
 
 from argus.incidents.alertmanager import Alert, AlertFiled, file_alert
 from argus.incidents.desk import IncidentDesk
-from core.errors import StoreError
+from core.errors import SourceUnavailable, StoreError
 
 DONE_EVERY = 25  # filed alerts removed from the inbox in one statement: at most this many are filed twice after a kill
 IDLE_MAX_S = 10.0
 LOCAL_HOLDER = "argus"  # the claims of a single replica (no leader election): the same name across restarts
 OUTCOMES_KEPT = 20_000  # outcomes kept for webhooks waiting on them; older ones are dropped
+# The store failing: its own errors, or the database unreachable (the store says so as a source that is down).
+STORE_DOWN = (StoreError, SourceUnavailable)
 
 
 class AlertFiler:
@@ -80,7 +82,7 @@ class AlertFiler:
         its alerts there), and the last error; with the store unreachable, the count of the last pass and why."""
         try:
             queued, error = self.store.alert_inbox.depth(self.holder), self.last_error
-        except StoreError as err:
+        except STORE_DOWN as err:
             queued, error = self.backlog, str(err)[:300]
         return {"queued": queued, "error": error}
 
@@ -129,7 +131,7 @@ class AlertFiler:
                 else:
                     try:
                         self._record(item.id, file_alert(self.desk, alert))
-                    except StoreError:
+                    except STORE_DOWN:
                         raise  # the store, not the alert: it stays queued for the next pass
                     except Exception:  # this alert breaks filing: it must not hold up every alert behind it
                         logger.exception("filing queued alert {} of group {!r} failed; dropped", item.id,

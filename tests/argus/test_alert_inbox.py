@@ -13,7 +13,7 @@ from argus.incidents.alertmanager import AlertFiled
 from argus.incidents.correlate import Correlator
 from argus.incidents.desk import IncidentDesk
 from argus.store.store import Store
-from core.errors import InputError, StoreError
+from core.errors import InputError, SourceUnavailable, StoreError
 from tests.argus.test_incidents import alert, operator, webhook_body
 from tests.helpers import wait_until
 from tests.support import Clock
@@ -107,11 +107,17 @@ class FailingDesk:
         return self.desk.file(finding)
 
 
-def test_a_store_failure_leaves_the_alert_queued_and_a_broken_alert_does_not_block_the_rest(store: Store) -> None:
+STORE_FAILURES = [StoreError("database is locked", hint="wait"),
+                  SourceUnavailable("database", "postgresql://127.0.0.1:5432/argus", "connection refused")]
+
+
+@pytest.mark.parametrize("failure", STORE_FAILURES, ids=["store error", "database unreachable"])
+def test_a_store_failure_leaves_the_alert_queued_and_a_broken_alert_does_not_block_the_rest(
+        store: Store, failure: Exception) -> None:
     store.alert_inbox.put([queued("First"), queued("Second")], group_key="g", holder=LOCAL_HOLDER)
-    desk = FailingDesk(desk_of(store), [StoreError("database is locked", hint="wait")])
+    desk = FailingDesk(desk_of(store), [failure])
     filer = AlertFiler(store, desk, holder=LOCAL_HOLDER)  # type: ignore[arg-type]
-    with pytest.raises(StoreError):
+    with pytest.raises(type(failure)):
         filer.file_pending()
     assert store.alert_inbox.depth() == 2  # nothing lost: both are filed by the next pass
     desk.failures.append(ValueError("a bug this alert triggers"))
@@ -130,3 +136,16 @@ def test_a_waiting_webhook_gets_the_outcomes_of_its_own_alerts(store: Store) -> 
     finally:
         filer.close()
     assert isinstance(filed[ids[0]], AlertFiled)
+
+
+@pytest.mark.parametrize("failure", STORE_FAILURES, ids=["store error", "database unreachable"])
+def test_the_inbox_state_says_why_it_cannot_count_while_the_database_is_down(store: Store,
+                                                                             failure: Exception) -> None:
+    class Down:
+        def depth(self, holder: str | None = None) -> int:
+            raise failure
+
+    filer = AlertFiler(store, desk_of(store), holder=LOCAL_HOLDER)
+    filer.store = type("DownStore", (), {"alert_inbox": Down()})()
+    state = filer.state()
+    assert state["queued"] == 0 and str(failure)[:40] in state["error"]
