@@ -491,6 +491,29 @@ PHRASINGS = {
     "RuntimeError: CUDA error: uncorrectable ECC error encountered": "UncorrectableEcc",
     "Remapping Failure Occurred        : Yes": "RowRemapFailure",
     "NVRM: Xid (PCI:0000:00:05): 43, pid=1045242, name=pt_main_thread, Ch 00000008": "XidApplicationFault",
+    "NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062) returned from "
+    "status @ kernel_channel.c:2874": "GpuResetRequired",
+    "GPU 00000000:18:00.0: GPU requires reset": "GpuResetRequired",
+    "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in "
+    "KV cache (20480).": "KvCacheNoMemory",
+    "E local_client.cc:672] Execution of replica 0 failed: Resource exhausted: Out of memory while trying to allocate "
+    "1073741824 bytes.": "TensorFlowXlaOutOfMemory",
+    "tensorflow.python.framework.errors_impl.ResourceExhaustedError: Resource exhausted: OOM when allocating tensor": (
+        "TensorFlowXlaOutOfMemory"
+    ),
+    # host_oom
+    "slurmstepd: error: Detected 2 oom_kill events in StepId=123456.0. Some of the step tasks have been OOM Killed.": (
+        "SlurmCgroupOomKill"
+    ),
+    "slurmstepd: error: Detected 1 oom-kill event(s) in step 98765.batch cgroup.": "SlurmCgroupOomKill",
+    "srun: error: gpu-node-07: task 5: Out Of Memory": "SlurmCgroupOomKill",
+    # node_lost
+    "slurmstepd: error: *** JOB 4242 ON gpu-node-03 CANCELLED AT 2025-01-02T03:04:05 DUE TO PREEMPTION ***": (
+        "SlurmPreemptedOrNodeFailed"
+    ),
+    "slurmstepd: error: *** STEP 77.0 ON gpu-node-09 CANCELLED AT 2025-01-02T03:04:05 DUE TO NODE FAILURE ***": (
+        "SlurmPreemptedOrNodeFailed"
+    ),
     # disk_full
     "OSError: [Errno 28] No space left on device": "NoSpaceLeftOnDevice",
     "safetensors_rust.SafetensorError: Error while serializing: IoError(Os { code: 28, kind: StorageFull, message": (
@@ -501,6 +524,8 @@ PHRASINGS = {
     "NCCL WARN Error: failed to extend /dev/shm/nccl-ZXAJkT to 9637892 bytes": "SharedMemoryFull",
     "RuntimeError: [enforce fail at inline_container.cc:445] . PytorchStreamWriter failed writing file data/176: "
     "file write failed": "CheckpointWriteFailed",
+    "tensorflow.python.framework.errors_impl.InternalError: Error writing (tmp) checkpoint file: /ckpt/m.ckpt-9.temp: "
+    "Resource exhausted: /ckpt/m.ckpt-9.temp": "TensorFlowWriteResourceExhausted",
     # user_error
     "ModuleNotFoundError: No module named 'transfer_queue'": "PythonImportError",
     "ray.exceptions.RayTaskError(ModuleNotFoundError): ray::main_task() (pid=120207, ip=10.1.109.91)": (
@@ -513,6 +538,8 @@ PHRASINGS = {
     "KeyError: 'responses'": "PythonException",
     "(TaskRunner pid=1) ValueError: batch size 7 is not divisible by 8": "PythonException",
     "JobInfo(status=FAILED, error_type='JOB_ENTRYPOINT_COMMAND_ERROR', driver_exit_code=1)": "RayJobEntrypointFailed",
+    "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 131072, Hardware limit: 101376. "
+    "Reducing block sizes or `num_stages` may help.": "KernelExceedsHardwareLimit",
 }
 
 
@@ -552,6 +579,12 @@ NOT_THIS = [
         Category.GPU_OOM,
     ),
     ("we handle a KeyError here by retrying", Category.USER_ERROR),
+    # Slurm cancelling a step without a reason (scancel, a time limit) says nothing of the node
+    ("slurmstepd: error: *** STEP 4242.0 ON gpu-node-03 CANCELLED AT 2025-01-02T03:04:05 ***", Category.NODE_LOST),
+    ("slurmstepd: error: *** JOB 4242 ON gpu-node-03 CANCELLED AT 2025-01-02T03:04:05 DUE TO TIME LIMIT ***",
+     Category.NODE_LOST),
+    # a GPU allocation that TensorFlow reports as exhausted names no path: not a full disk
+    ("Resource exhausted: OOM when allocating tensor with shape[1024,4096]", Category.DISK_FULL),
     ("INFO: ValueError handling is enabled", Category.USER_ERROR),
 ]
 

@@ -56,6 +56,16 @@ SHAPES = [
     # KV cache with no room left, as serving engines print it when the weights took the GPU
     ("(EngineCore_0 pid=5839) INFO 08-20 18:04:22 [gpu_worker.py:276] Available KV cache memory: -2.14 GiB",
      "gpu_oom"),
+    # a library handle that cannot be created on a GPU another process (or the framework's pre-allocation) filled
+    ("E cuda_blas.cc:226] failed to create cublas handle: CUBLAS_STATUS_NOT_INITIALIZED", "gpu_oom"),
+    ("Check failed: e == CUDNN_STATUS_SUCCESS (4 vs. 0) Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR",
+     "gpu_oom"),
+    ("INFO worker.py:267] the rest of the memory reserved for KV Cache is -0.42GiB.", "gpu_oom"),
+    ("RuntimeError: Insufficient space in /dev/shm: 512 MiB required, 64 MiB free.", "disk_full"),
+    ("Status Reason: Host EC2 (instance i-0abc123def4567890) terminated.", "node_lost"),
+    ("WARN Master: Removing worker worker-20250101-10.0.0.5-7078 because we got no heartbeat in 60 seconds",
+     "node_lost"),
+    ("ORTE has lost communication with its daemon located on node: hostname: gpu-node-12", "node_lost"),
     # CUDA's own text for error code 2, printed bare by a CUDA program
     ("ERROR: out of memory in /opt/app/src/acc/projector_impl.h at line 74 (error-code 2)", "gpu_oom"),
     ("W tensorflow/core/common_runtime/bfc_allocator.cc:267] Allocator (GPU_0_bfc) ran out of memory trying to "
