@@ -32,6 +32,7 @@ from argus.incidents.bus import EventSink
 from argus.incidents.events import IncidentEvent
 from control.artifacts import step_of
 from core.jobfolder import JobFolder, is_submission_id
+from core.readers import Readers
 from core.refs import refs_of
 from core.types import Incident, IncidentState, Report, utcnow
 from rca.engine import RcaEngine
@@ -43,8 +44,11 @@ LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
 
 
 class ReportService:
-    def __init__(self, store: Any, engine: RcaEngine, shared_root: Path, *, events: EventSink | None = None) -> None:
-        """`events`: where each report written is announced (report_ready), for IM and the ops agent."""
+    def __init__(self, store: Any, engine: RcaEngine, shared_root: Path, *, events: EventSink | None = None,
+                 readers: Readers | None = None) -> None:
+        """`events`: where each report written is announced (report_ready), for IM and the ops agent. `readers`: the
+        API's requests being answered; the workers give way to them between reports (core/readers.py)."""
+        self.readers = readers
         self.store = store
         self.engine = engine
         self.shared_root = Path(shared_root)
@@ -111,6 +115,8 @@ class ReportService:
     def _run(self, use_llm: bool) -> None:
         while (item := self._queues[use_llm].get()) is not None:
             incident_id, what = item
+            if self.readers is not None:
+                self.readers.give_way()
             with self._lock:
                 self._busy += 1
                 if what == "refresh":  # a step ending from now on queues another: this one may read too early

@@ -77,17 +77,21 @@ class ArgusService:
             build_reports,
             open_store,
         )
+        from core.readers import Readers
 
         settings, public = self.settings, self.public_url
         self.store = store = open_store(settings)
         self.metrics = metrics = ArgusMetrics()
         self.dispatcher = dispatcher = build_dispatcher(settings, store, public_url=public, metrics=metrics)
         links = build_approval_links(settings, public)
-        self.events = events = EventBus()  # the report service announces its reports on it too
-        self.reports = reports = build_reports(settings, store, events=events)
+        # The API's requests being answered: the background workers give way to them between items (core/readers.py)
+        readers = Readers()
+        self.events = events = EventBus(readers=readers)  # the report service announces its reports on it too
+        self.reports = reports = build_reports(settings, store, events=events, readers=readers)
         reports.start()
         self.control = control = build_control(settings, store)
-        self.remediator = remediator = build_remediator(settings, store, control, metrics=metrics, reports=reports)
+        self.remediator = remediator = build_remediator(settings, store, control, metrics=metrics, reports=reports,
+                                                        readers=readers)
         if not settings.leader_election:  # else the elected leader does it (a follower must not touch steps)
             remediator.recover()  # steps a crash left running: finished, re-run when safe, or reported
         self.incidents = incidents = build_incidents(
@@ -99,7 +103,7 @@ class ArgusService:
         from argus.leader import default_replica_id
 
         replica = (settings.replica_id or default_replica_id()) if settings.leader_election else LOCAL_HOLDER
-        self.alert_filer = alert_filer = AlertFiler(store, incidents, holder=replica).start()
+        self.alert_filer = alert_filer = AlertFiler(store, incidents, holder=replica, readers=readers).start()
         chores = {"job timeouts": (control.jobs.enforce_timeouts, settings.job_timeout_check_s),
                   "remediation": (remediator.run_pending, settings.remediation_interval_s)}
         inbox = None
@@ -131,7 +135,8 @@ class ArgusService:
         app = create_app(store=store, incidents=incidents, health_provider=health, metrics=metrics,
                          control=control, remediator=remediator, approval_links=links,
                          web=WebUi(Sessions(secret_in(settings.data_dir))), node_agents=inbox,
-                         leader=self.elector.view if self.elector else None, alert_filer=alert_filer)
+                         leader=self.elector.view if self.elector else None, alert_filer=alert_filer,
+                         readers=readers)
         self.app = app
         if self.elector is not None:
             self.elector.start()  # the loop starts when this replica is elected

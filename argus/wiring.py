@@ -48,6 +48,7 @@ from control.local import LocalRunner
 from control.node_manager import NodeManager
 from core.jobfolder import JobFolders
 from core.ports import Collector, Detector, DetectorMemory
+from core.readers import Readers
 from core.settings import Settings
 from core.types import Action
 from detectors.disk_space import DiskSpaceDetector
@@ -230,9 +231,9 @@ def build_llm(settings: Settings) -> LlmWriter | None:
 
 
 def build_reports(settings: Settings, store: Any, *, events: EventSink | None = None,
-                  writer: Any = None) -> ReportService:
+                  writer: Any = None, readers: Readers | None = None) -> ReportService:
     """Reports for incidents (not started: call .start()); each one written is announced on `events`. `writer`:
-    the LLM writer to use instead of the one settings describe."""
+    the LLM writer to use instead of the one settings describe. `readers`: the API's requests, given way to."""
     metrics_reader = None
     if settings.prometheus_url:
         metrics_reader = PrometheusMetricsReader(PrometheusClient(settings.prometheus_url,
@@ -240,11 +241,12 @@ def build_reports(settings: Settings, store: Any, *, events: EventSink | None = 
     engine = RcaEngine(load_rules(settings.rules_dirs), build_redactor(settings),
                        writer=writer if writer is not None else build_llm(settings), metrics=metrics_reader,
                        token_budget=settings.rca_token_budget)
-    return ReportService(store, engine, settings.shared_root, events=events)
+    return ReportService(store, engine, settings.shared_root, events=events, readers=readers)
 
 
 def build_remediator(settings: Settings, store: Any, control: ControlPlane, *,
-                     metrics: ArgusMetrics | None = None, reports: ReportService | None = None) -> Remediator:
+                     metrics: ArgusMetrics | None = None, reports: ReportService | None = None,
+                     readers: Readers | None = None) -> Remediator:
     """The remediation runner over the control plane, with the policy from settings (checked at start). Each step
     reaching a final state is counted in argus_actions_total (with `metrics`) and refreshes its incident's report's
     "What Argus did" (with `reports`: cheap, no LLM call)."""
@@ -262,7 +264,7 @@ def build_remediator(settings: Settings, store: Any, control: ControlPlane, *,
         if reports is not None and action.incident_id is not None:
             reports.refresh(action.incident_id)
 
-    return Remediator(store, policy, ctx, on_step_final=step_final)
+    return Remediator(store, policy, ctx, on_step_final=step_final, readers=readers)
 
 
 def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: ArgusMetrics | None = None,

@@ -37,6 +37,7 @@ from typing import Any
 from loguru import logger
 
 from core.errors import ArgusError, Conflict
+from core.readers import Readers
 from core.types import Action, ActionState, Incident, Subject, SubjectKind, utcnow
 from remediation import guards as guard
 from remediation.actions import STEPS, Context, chain_of, failed, jobs_of, node_of, ray_list, registered_node
@@ -53,13 +54,15 @@ PREVIEW_COOLDOWN_S = 60.0
 class Remediator:
     def __init__(self, store: Any, policy: Policy, ctx: Context, *, clock: Callable[[], datetime] = utcnow,
                  on_step_final: Callable[[Action], None] | None = None,
-                 preview_timeout_s: float | None = None) -> None:
+                 preview_timeout_s: float | None = None, readers: Readers | None = None) -> None:
         """`on_step_final(action)`: a step reached one of FINAL_STATES (wiring counts it in Argus's metrics and
         refreshes the incident's report). Who is told of planned steps is the caller's business: `plan` returns
         them. `preview_timeout_s`: how long a plan waits for its steps' previews (default: the Ray request
-        timeout of `ctx`)."""
+        timeout of `ctx`). `readers`: the API's requests being answered; a pass gives way to them between steps
+        (core/readers.py)."""
         self.store = store
         self.policy = policy
+        self.readers = readers
         self.ctx = ctx
         self.clock = clock
         self.on_step_final = on_step_final
@@ -188,6 +191,8 @@ class Remediator:
             runnable = action.state is ActionState.APPROVED or (action.state is ActionState.PLANNED and action.dry_run)
             if not runnable or action.incident_id is None or self._earlier_open(action, actions, plans):
                 continue
+            if self.readers is not None:
+                self.readers.give_way()
             # a dry run passes every guard: the history is built only for a step that changes something
             result = self._run(action, [] if action.dry_run else list(actions.values()))
             if result is not None:

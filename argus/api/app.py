@@ -11,7 +11,7 @@ from argus import __version__
 from argus.api import actions, agents, alerts, errors, health, jobs, nodes, ops
 from argus.api import incidents as incident_routes
 from argus.api.auth import install_audit, require
-from argus.api.limits import MAX_BODY_BYTES, BodyLimit, InFlight, RequestCount
+from argus.api.limits import MAX_BODY_BYTES, BodyLimit, InFlight
 from argus.control_plane import ControlPlane
 from argus.exporter import ArgusMetrics, metrics_router
 from argus.incidents.alert_filer import LOCAL_HOLDER, AlertFiler
@@ -20,6 +20,7 @@ from argus.incidents.desk import IncidentDesk
 from argus.store.tokens import Role
 from argus.web import install as install_web
 from argus.web.ui import WebUi
+from core.readers import Readers
 
 if TYPE_CHECKING:
     from argus.agents.inbox import AgentInbox
@@ -43,12 +44,15 @@ def create_app(
     node_agents: AgentInbox | None = None,
     leader: Callable[[], LeaderView] | None = None,
     alert_filer: AlertFiler | None = None,
+    readers: Readers | None = None,
 ) -> FastAPI:
     """The API. Without `control` the job, node and ops routes answer 503 (NotConfigured), as the remediation
     routes do without `remediator`. `incidents`: the desk that files and resolves incidents and tells its
     subscribers; by default one over `store` that tells nobody. `leader`: this replica's view of the leader lease
     (argus/leader.py), None for a single replica. `alert_filer`: files the alerts Alertmanager's webhook queues (by
-default one over `store` and the desk, started by the first webhook). Routes read these through argus/api/state.py."""
+default one over `store` and the desk, started by the first webhook). `readers`: where the requests being answered are
+counted, for the background workers that give way to them (core/readers.py); the default filer's too. Routes read these
+through argus/api/state.py."""
     app = FastAPI(
         title="Argus",
         version=__version__,
@@ -79,8 +83,8 @@ default one over `store` and the desk, started by the first webhook). Routes rea
         app.include_router(metrics_router(metrics))
     install_web(app, web)  # the web page under /ui (and GET / leading there), out of the OpenAPI schema
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # added last: the outermost of ours
-    reading = RequestCount()
+    reading = readers or Readers()
     app.add_middleware(InFlight, count=reading, background=frozenset({alerts.ALERTMANAGER_PATH}))
-    if app.state.alert_filer.busy is None:
-        app.state.alert_filer.busy = lambda: reading.now > 0
+    if app.state.alert_filer.readers is None:
+        app.state.alert_filer.readers = reading
     return app

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from core.readers import Readers
+
 MAX_BODY_BYTES = 1024 * 1024
 HINT = "send a smaller body: requests carry specs and reasons, not data"
 
@@ -69,18 +71,12 @@ def _replay(messages: list[dict[str, Any]], receive: Any) -> Any:
 
 
 
-class RequestCount:
-    """How many API requests are being answered now (InFlight keeps it; it changes on the event loop only)."""
-
-    def __init__(self) -> None:
-        self.now = 0
-
-
 class InFlight:
-    """Counts the API requests being answered, except the paths in `background` (webhooks): background work (the
-    alert filer) pauses between items while people are reading, so an alert storm does not slow the API's readers."""
+    """Counts the API requests being answered, except the paths in `background` (webhooks), in `count`: background
+    work (filing alerts, reports, notifications, remediation) gives way between items while people are reading
+    (core/readers.py), so an alert storm does not slow the API's readers."""
 
-    def __init__(self, app: Any, count: RequestCount, background: frozenset[str] = frozenset()) -> None:
+    def __init__(self, app: Any, count: Readers, background: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.counted = count
         self.background = background

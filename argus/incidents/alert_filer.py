@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from loguru import logger
@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from argus.incidents.alertmanager import Alert, AlertFiled, file_alert
 from argus.incidents.desk import IncidentDesk
 from core.errors import SourceUnavailable, StoreError
+from core.readers import Readers
 
 DONE_EVERY = 25  # filed alerts removed from the inbox in one statement: at most this many are filed twice after a kill
 IDLE_MAX_S = 10.0
@@ -36,18 +37,18 @@ STORE_DOWN = (StoreError, SourceUnavailable)
 
 class AlertFiler:
     """Files `holder`'s queued alerts through `desk`, `batch` at a time. `poll_s`: how often it looks for alerts
-    without being woken (another replica's stale ones). `busy`: while it returns True (people are reading the API),
-    the filer pauses between alerts for a few milliseconds, so a storm's filing does not slow the readers."""
+    without being woken (another replica's stale ones). `readers`: the API's requests being answered; the filer gives
+    way to them between alerts (core/readers.py), so a storm's filing does not slow the readers."""
 
     def __init__(self, store: Any, desk: IncidentDesk, *, holder: str, batch: int = 100,
-                 stale_after_s: float = 60.0, poll_s: float = 1.0, busy: Callable[[], bool] | None = None) -> None:
+                 stale_after_s: float = 60.0, poll_s: float = 1.0, readers: Readers | None = None) -> None:
         self.store = store
         self.desk = desk
         self.holder = holder
         self.batch = batch
         self.stale_after_s = stale_after_s
         self.poll_s = poll_s
-        self.busy = busy
+        self.readers = readers
         self._outcomes: OrderedDict[int, AlertFiled] = OrderedDict()
         self._filed = threading.Condition()
         self._wake = threading.Event()
@@ -121,7 +122,8 @@ class AlertFiler:
             for item in queued:
                 if self._stop.is_set():
                     break
-                self._yield_to_readers()
+                if self.readers is not None:
+                    self.readers.give_way()
                 try:
                     alert = Alert.model_validate(item.alert)
                 except ValidationError as err:  # queued by another version of Argus: say so, do not retry forever
@@ -145,13 +147,6 @@ class AlertFiler:
                 inbox.done(rest)
         self.backlog = len(queued) - len(filed)  # state() counts in the store; no second query on every pass
         return len(filed)
-
-    def _yield_to_readers(self) -> None:
-        if self.busy is None:
-            return
-        deadline = time.monotonic() + 0.05
-        while self.busy() and time.monotonic() < deadline:
-            time.sleep(0.002)
 
     def _record(self, alert_id: int, filed: AlertFiled) -> None:
         with self._filed:

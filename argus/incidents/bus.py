@@ -23,6 +23,7 @@ from typing import Protocol, runtime_checkable
 from loguru import logger
 
 from argus.incidents.events import IncidentEvent
+from core.readers import Readers
 
 DEFAULT_CAPACITY = 10_000
 
@@ -55,8 +56,11 @@ class _Mailbox:
 class EventBus:
     """`start(subscribers)` once with the whole list; `publish` from any thread; `close()` on the way out."""
 
-    def __init__(self, *, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, *, capacity: int = DEFAULT_CAPACITY, readers: Readers | None = None) -> None:
+        """`readers`: the API's requests being answered; each subscriber gives way to them between events
+        (core/readers.py)."""
         self.capacity = max(1, capacity)
+        self.readers = readers
         self._mailboxes: list[_Mailbox] = []
         self._early: list[IncidentEvent] = []  # published before start(): handed over when it runs
         self._lock = threading.Lock()
@@ -142,6 +146,8 @@ class EventBus:
             try:
                 if event is None:
                     return
+                if self.readers is not None:
+                    self.readers.give_way()
                 box.subscriber.receive(event)
             except Exception as exc:  # one subscriber's bug must not silence it for the next event
                 box.failed += 1

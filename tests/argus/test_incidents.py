@@ -4,6 +4,7 @@ thread. Real SQLite store, real HTTP receivers, the real API and loop."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -21,6 +22,7 @@ from argus.pipeline import Pipeline
 from argus.store.store import Store
 from argus.wiring import build_incidents
 from core.errors import NotFound
+from core.readers import GIVE_WAY_MAX_S, Readers
 from core.settings import load_settings
 from core.types import (
     Category,
@@ -187,6 +189,25 @@ def test_events_published_before_start_are_delivered_at_start(store):
     assert bus.drain(10) and [e.incident.id for e in recorder.events] == [filed.incident.id]
     with pytest.raises(RuntimeError, match="started once"):
         bus.start([])
+
+
+def test_subscribers_give_way_while_people_read_the_api(store):
+    readers = Readers()
+    received: list[float] = []
+
+    class Timed:
+        name = "timed"
+
+        def receive(self, event: IncidentEvent) -> None:
+            received.append(time.monotonic())
+
+    bus = EventBus(readers=readers).start([Timed()])
+    desk = IncidentDesk(store, events=bus)
+    readers.now = 1  # someone reads the API the whole time: each event waits GIVE_WAY_MAX_S, then goes out anyway
+    sent = time.monotonic()
+    desk.file(job_failure("raysubmit_read"))
+    assert bus.drain(10) and len(received) == 1 and received[0] - sent >= GIVE_WAY_MAX_S * 0.9
+    bus.close()
 
 
 def test_subscriber_names_are_unique():
