@@ -498,6 +498,8 @@ PHRASINGS = {
     "KV cache (20480).": "KvCacheNoMemory",
     "E local_client.cc:672] Execution of replica 0 failed: Resource exhausted: Out of memory while trying to allocate "
     "1073741824 bytes.": "TensorFlowXlaOutOfMemory",
+    "(1) Resource exhausted: Attempting to allocate 96.00M. That was not possible. There are 12.50M free.; "
+    "(0x0x0_HBM0)": "TensorFlowXlaOutOfMemory",
     "tensorflow.python.framework.errors_impl.ResourceExhaustedError: Resource exhausted: OOM when allocating tensor": (
         "TensorFlowXlaOutOfMemory"
     ),
