@@ -76,6 +76,9 @@ def require(role: Role | str) -> Callable[..., Awaitable[Principal]]:
     return dependency
 
 
+VIA_HEADER = "X-Argus-Via"  # set by Argus's own clients (argus mcp): recorded as the audit row's "via"
+
+
 def install_audit(app: FastAPI) -> None:
     """Record every mutating call in the store's audit log, whatever its outcome."""
 
@@ -97,6 +100,9 @@ async def _record(request: Request, status: int) -> None:
     params = dict(request.scope.get("path_params") or {})
     target = json.dumps(params, ensure_ascii=False, sort_keys=True) if params else None
     detail = getattr(request.state, "audit_detail", None) or {}
+    via = request.headers.get(VIA_HEADER, "")
+    if via:  # the door the call came through (argus mcp says "mcp"); a short name, never free text
+        detail = {**detail, "via": via[:32] if via.replace("-", "").isalnum() else "unreadable"}
     try:
         await run_in_threadpool(
             request.app.state.store.audit,
