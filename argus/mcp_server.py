@@ -33,9 +33,9 @@ CHANGE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempoten
 ACT = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
 
 IncidentId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
-                                  description="an incident id, e.g. inc-0123456789ab")]
+                                  description="an incident id as list_incidents gives it")]
 ActionId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
-                                description="a remediation step id, e.g. act-0123456789ab")]
+                                description="a step id as list_actions or plan_actions gives it")]
 Reason = Annotated[str, Field(min_length=1, max_length=500, description="why, in words people read in the audit log")]
 
 

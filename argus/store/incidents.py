@@ -334,7 +334,7 @@ def incident_row(s: Session, incident_id: str, *, for_update: bool = False) -> I
     if row is None:
         raise NotFound(
             f"incident {incident_id!r} does not exist",
-            hint="list incidents with `argus incidents list` or GET /api/incidents",
+            hint="list incidents with `argus incidents list` or GET /v1/incidents",
         )
     return row
 

@@ -216,3 +216,27 @@ def test_argus_unreachable_or_refusing_is_said_with_what_to_do() -> None:
     assert "did not answer" in asyncio.run(call(down)) and "argus mcp --url" in asyncio.run(call(down))
     said = asyncio.run(call(missing))
     assert "404 NotFound" in said and "incident inc-0 not found" in said and "list them" in said
+
+
+@pytest.mark.llm
+def test_a_small_agent_reads_the_open_incident_and_its_report_through_mcp(cluster: Cluster, llm_server: Any) -> None:
+    """The stage's agent loop (langchain on the local llama-server) with a viewer token: it lists, takes the id from
+    the list and fetches that incident's report; it is offered no tool that changes anything."""
+    from stage.localstack.mcp_agent import run_agent
+
+    with running(cluster.env.app) as url:
+        server = build_mcp(ArgusApi(url, token=cluster.token(Role.VIEWER)))
+
+        async def session() -> Any:
+            async with Client(server) as client:
+                return await run_agent(client, base_url=llm_server.base_url, model=llm_server.model,
+                                       task="First call list_incidents with state open. Then call get_report with "
+                                            "the id of the first incident it lists. Then answer with that "
+                                            "incident's category.")
+
+        transcript = asyncio.run(session())
+    called = [(s.tool, s.ok) for s in transcript.steps]
+    reports = [s for s in transcript.steps if s.tool == "get_report" and s.ok]
+    assert ("list_incidents", True) in called, called
+    assert reports and reports[0].arguments == {"incident_id": cluster.incident.id}, called
+    assert "node_lost" in reports[0].result and "approve_action" not in {s.tool for s in transcript.steps}
