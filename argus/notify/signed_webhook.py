@@ -3,7 +3,8 @@
 With a secret, every POST carries `X-Argus-Timestamp: <unix seconds>` and `X-Argus-Signature: sha256=<hex>`, the
 HMAC-SHA256 of the raw body under the secret. The body repeats the timestamp as `sent_at`, so the signature also
 covers it: a receiver compares the signature in constant time, then refuses a `sent_at` older than a few minutes
-(a replayed delivery). A digest is `{"event": "incident.digest", "items": [incident payloads], "more": N}`.
+(a replayed delivery). A digest is `{"event": "incident.digest", "items": [incident payloads], "more": N}`. Every
+body is version 1 of the events' contract: argus/notify/event_schema.py, JSON Schema in schemas/argus-event-v1.json.
 Any 2xx is success; 429 and 5xx are retried.
 """
 
@@ -15,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from argus.notify.channels import Channel, Item, Request, encode, scaled
+from argus.notify.event_schema import EVENT_SCHEMA
 from argus.notify.message import Digest, Message, cut
 from argus.notify.webhook import incident_payload
 
@@ -33,13 +35,14 @@ class SignedWebhookChannel(Channel):
 
     def payload(self, item: Item, scale: float) -> dict[str, Any]:
         if isinstance(item, Digest):
-            return {"event": "incident.digest", "items": [self._one(m, scale) for m in item.items],
-                    "more": item.more, "list": item.list_url}
+            return {"schema": EVENT_SCHEMA, "event": "incident.digest",
+                    "items": [self._one(m, scale) for m in item.items], "more": item.more, "list": item.list_url}
         return self._one(item, scale)
 
     def _one(self, m: Message, scale: float) -> dict[str, Any]:
         if m.incident is None:
-            body: dict[str, Any] = {"event": f"incident.{m.event}", "incident": {"id": m.incident_id}}
+            body: dict[str, Any] = {"schema": EVENT_SCHEMA, "event": f"incident.{m.event}",
+                                    "incident": {"id": m.incident_id}}
         else:
             body = incident_payload(m.incident, m.event, link=m.incident_url)
             # The incident as stored, except a summary too long for a notification (the API has all of it).

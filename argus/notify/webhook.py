@@ -8,16 +8,19 @@ from typing import Any
 import httpx
 from loguru import logger
 
+from argus.notify.event_schema import EVENT_SCHEMA
 from core.names import clean, entrypoint_of, job_of, label_of, node_of
 from core.signal_keys import OWNER
 from core.types import Incident
 
 
 def incident_payload(incident: Incident, event: str, *, link: str | None = None) -> dict[str, Any]:
-    """`link`: the incident in the API; its report is at `<link>/report`. `about`: what the incident is about as
+    """The body of webhook event `incident.<event>` (argus/notify/event_schema.py: version 1, its JSON Schema). `link`:
+    the incident in the API; its report is at `<link>/report`. `about`: what the incident is about as
     people name it (core.names): the job by its submission id, JobSpec name and owner, the node by name and IP;
     the entrypoint apart, as a detail."""
     return {
+        "schema": EVENT_SCHEMA,
         "event": f"incident.{event}",
         "about": {
             "label": label_of(incident),

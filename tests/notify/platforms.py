@@ -142,6 +142,7 @@ SLACK_BLOCK = Variant("type", {
 SLACK = {"text": Leaf(min_len=1, max_len=40_000), "blocks": ListOf(SLACK_BLOCK, min_items=1, max_items=50)}
 
 WEBHOOK_ONE = {
+    "schema": Leaf(choices=S("argus.event.v1")),  # the version of the events' contract (argus/notify/event_schema.py)
     "event": Leaf(pattern=r"^incident\.(opened|updated|resolved|report_ready|approval_needed|planned)$"),
     "incident": {"id": Leaf(min_len=1), "*": None},
     # what the incident is about as people name it (core.names); absent only when the incident is not known
@@ -158,8 +159,9 @@ WEBHOOK_ONE = {
     "?steps_more": Leaf(int),
     "?sent_at": Leaf(int),
 }
-WEBHOOK_DIGEST = {"event": Leaf(choices=S("incident.digest")), "items": ListOf(WEBHOOK_ONE, min_items=2),
-                  "more": Leaf(int), "list": Leaf((str, type(None))), "sent_at": Leaf(int)}
+WEBHOOK_DIGEST = {"schema": Leaf(choices=S("argus.event.v1")), "event": Leaf(choices=S("incident.digest")),
+                  "items": ListOf(WEBHOOK_ONE, min_items=2), "more": Leaf(int), "list": Leaf((str, type(None))),
+                  "sent_at": Leaf(int)}
 
 
 def check(spec: Any, value: Any, where: str = "$") -> list[str]:

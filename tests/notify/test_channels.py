@@ -28,6 +28,7 @@ from tests.notify.conftest import (
     step,
 )
 from tests.notify.platforms import Platform, digest_text, feishu_markdown, texts
+from tests.notify.test_event_schema import assert_valid_event
 
 # Attack strings (not logs): every way a log line or an LLM could try to ping a whole group, plant a link or
 # break the markup, around a real log line.
@@ -87,6 +88,9 @@ def test_every_event_is_accepted_in_the_documented_format(kind, platforms, store
     sent = json.dumps(platform.bodies(), ensure_ascii=False)
     assert f"{PUBLIC_URL}/v1/incidents/{incident.id}/report?format=markdown" in sent or kind == "webhook"
     assert "decision=approve" in sent and "decision=reject" in sent
+    if kind == "webhook":  # every event the signed webhook sends is version 1 of the events' contract
+        for body in platform.bodies():
+            assert_valid_event(body)
     if kind != "webhook":
         assert re.search(r"(?<!\d)8\W{0,3} more incidents", sent)  # 18 items, 10 listed
         assert "CUDA out of memory" in json.dumps(platform.bodies()[-1], ensure_ascii=False)  # listed with its text
@@ -110,6 +114,7 @@ def test_hostile_text_cannot_mention_link_or_overflow(kind, platforms, store: St
     body = received["body"]
     if kind == "webhook":
         # The ops agent gets the incident as stored (JSON-escaped, for a program), only its summary cut.
+        assert_valid_event(body)
         assert len(body["incident"]["summary"]) <= 16_000
         assert len(body["steps"]) == 6 and body["steps_more"] == 2
         for told in body["steps"]:
