@@ -82,6 +82,7 @@ through argus/api/state.py."""
     if metrics is not None:
         app.include_router(metrics_router(metrics))
     install_web(app, web)  # the web page under /ui (and GET / leading there), out of the OpenAPI schema
+    errors.document_errors(app)  # every route's error statuses in the OpenAPI document, with the error model
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # added last: the outermost of ours
     reading = readers or Readers()
     app.add_middleware(InFlight, count=reading, background=frozenset({alerts.ALERTMANAGER_PATH}))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.errors import (
@@ -84,3 +87,62 @@ def install(app: FastAPI) -> None:
             error_body("InvalidRequest", "the request is malformed", "fix the fields listed", problems=problems),
             status_code=422,
         )
+
+
+class ErrorBody(BaseModel):
+    """Every error the API answers, whatever its status. `problems` (422): each malformed field and what is wrong
+    with it; some errors add fields of their own (a follower's NotLeader names the leader)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str = Field(description="the kind of error, e.g. NotFound, Conflict, SourceUnavailable")
+    message: str = Field(description="what went wrong, naming the thing")
+    hint: str | None = Field(default=None, description="what to do about it")
+    problems: list[dict[str, str]] | None = None
+
+
+_MEANING = {
+    400: "the request is well formed but its values are not usable (the message says which)",
+    401: "no usable bearer token",
+    403: "the token's role may not call this route, or the remediation policy refuses the call now",
+    404: "the thing named in the path does not exist",
+    409: "the thing is not in a state that allows this now",
+    413: "the body is over the limit",
+    422: "the request is malformed (`problems` lists the fields)",
+    500: "the database refused the change (the message says why)",
+    503: "Argus cannot do this now: a source it needs (the database, Ray, the control plane) is down or not configured",
+}
+_MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def document_errors(app: FastAPI) -> None:
+    """Each operation of the OpenAPI document lists every error status it can answer, with ErrorBody: 500 and 503
+    everywhere (the database), 400 and 422 where it takes input, 401 and 403 where a token is needed, 404 where the
+    path names a thing, 409 and 413 where the call changes something. Read from the document FastAPI generates (its
+    security, path and method), so a route added later is documented too."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = generate()  # FastAPI's, cached by it: what is added below is set, never appended, so it stays once
+        schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+        schemas["ErrorBody"] = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+        error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+        for path, operations in schema.get("paths", {}).items():
+            for method, operation in operations.items():
+                codes = {500, 503}
+                if operation.get("parameters") or operation.get("requestBody"):
+                    codes |= {400, 422}
+                if operation.get("security"):
+                    codes |= {401, 403}
+                if "{" in path:
+                    codes.add(404)
+                if method.upper() in _MUTATING:
+                    codes |= {409, 413}
+                responses = operation.setdefault("responses", {})
+                for code in sorted(codes):
+                    responses[str(code)] = {"description": _MEANING[code], "content": error}
+        for unused in ("HTTPValidationError", "ValidationError"):  # FastAPI's 422 body, which Argus never sends
+            schemas.pop(unused, None)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
