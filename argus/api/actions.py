@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from argus.api.auth import Principal, require
+from argus.api.params import ActionIdPath, IncidentIdPath
 from argus.api.state import approval_links_of, incidents_of, remediator_of
 from argus.approval_links import ApprovalLinks
 from argus.incidents.subscribers import waiting_for_decision
@@ -63,12 +64,12 @@ def list_actions(
 
 
 @router.get("/v1/actions/{action_id}", dependencies=[Depends(require(Role.VIEWER))])
-def get_action(request: Request, action_id: str) -> dict[str, Any]:
+def get_action(request: Request, action_id: ActionIdPath) -> dict[str, Any]:
     return {"action": action_json(request.app.state.store.get_action(_check_id(action_id)))}
 
 
 @router.post("/v1/incidents/{incident_id}/actions", status_code=201)
-def propose(request: Request, incident_id: str, body: Annotated[Proposal, Body()],
+def propose(request: Request, incident_id: IncidentIdPath, body: Annotated[Proposal, Body()],
             who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
     """Plan steps for the incident: the policy's (`{"plan": "policy"}`) or the ones given (`{"steps": [...]}`)."""
     if (body.plan is None) == (body.steps is None):
@@ -95,7 +96,7 @@ def propose(request: Request, incident_id: str, body: Annotated[Proposal, Body()
 
 
 @router.post("/v1/actions/{action_id}:approve")
-def approve(request: Request, action_id: str,
+def approve(request: Request, action_id: ActionIdPath,
             who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
     rem = remediator_of(request)
     action = request.app.state.store.get_action(_check_id(action_id))
@@ -111,7 +112,7 @@ def approve(request: Request, action_id: str,
 
 
 @router.post("/v1/actions/{action_id}:reject")
-def reject(request: Request, action_id: str, body: Annotated[Rejection, Body()],
+def reject(request: Request, action_id: ActionIdPath, body: Annotated[Rejection, Body()],
            who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
     rejected = remediator_of(request).reject(_check_id(action_id), who=who.name, reason=body.reason)
     request.state.audit_detail = {"kind": rejected.kind, "reason": body.reason}
@@ -141,7 +142,7 @@ LinkQuery = Annotated[str, Query(pattern="^(approve|reject)$")]
 
 
 @router.get("/v1/actions/{action_id}/decide", response_class=HTMLResponse, include_in_schema=True)
-def decide_page(request: Request, action_id: str, decision: LinkQuery,
+def decide_page(request: Request, action_id: ActionIdPath, decision: LinkQuery,
                 expires: Annotated[int, Query(ge=0, le=2**40)], sig: Annotated[str, Query(max_length=128)]):
     """What a signed link from a message would decide, with the button that decides it (a GET decides nothing)."""
     action = _checked(request, action_id, decision, expires, sig)
@@ -160,7 +161,7 @@ def decide_page(request: Request, action_id: str, decision: LinkQuery,
 
 
 @router.post("/v1/actions/{action_id}/decide")
-async def decide(request: Request, action_id: str) -> dict[str, Any]:
+async def decide(request: Request, action_id: ActionIdPath) -> dict[str, Any]:
     """Decide through a signed link's form (fields decision, expires, sig)."""
     # the page's form posts application/x-www-form-urlencoded; parsed here, without a multipart dependency
     raw = (await request.body())[:4096].decode("utf-8", errors="replace")

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from argus.api.auth import Principal, require
+from argus.api.params import IncidentIdPath
 from argus.api.state import incidents_of
 from argus.store.tokens import Role
 from core.errors import InputError, NotFound
@@ -49,7 +50,7 @@ def _check_id(incident_id: str) -> None:
 
 
 @router.get("/{incident_id}")
-def get_incident(request: Request, incident_id: str) -> dict[str, Any]:
+def get_incident(request: Request, incident_id: IncidentIdPath) -> dict[str, Any]:
     store = request.app.state.store
     _check_id(incident_id)
     incident = store.get_incident(incident_id)
@@ -63,7 +64,7 @@ def get_incident(request: Request, incident_id: str) -> dict[str, Any]:
 @router.get("/{incident_id}/report", responses={200: {"content": {"text/markdown": {}, "application/json": {}}}})
 def get_report(
     request: Request,
-    incident_id: str,
+    incident_id: IncidentIdPath,
     format: Annotated[Literal["markdown", "json"] | None, Query(description="default: by the Accept header")] = None,
 ) -> Response:
     """The incident's latest root-cause report, as Markdown or JSON (`?format=` or `Accept: text/markdown`)."""
@@ -90,7 +91,7 @@ class StateChange(BaseModel):
 
 
 @router.post("/{incident_id}:resolve")
-def resolve(request: Request, incident_id: str, body: Annotated[StateChange, Body()],
+def resolve(request: Request, incident_id: IncidentIdPath, body: Annotated[StateChange, Body()],
             who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
     """Mark the incident resolved (people are told); its fault back within reopen_window_s reopens it (counted in
     "reopened"), later a new incident opens."""
