@@ -58,9 +58,9 @@ class Env:
                                  detectors=[LostNodeDetector(lookback_s=30)],
                                  incidents=IncidentDesk(self.store))
 
-    def submit(self) -> str:
+    def submit(self, **env: str) -> str:
         spec = JobSpec(name="grpo", workload="grpo", entrypoint=f"{sys.executable} train.py", owner="alice",
-                       code_path=str(self.shared / "code"), working_dir=str(self.shared / "code"))
+                       code_path=str(self.shared / "code"), working_dir=str(self.shared / "code"), env=env)
         return self.jobs.submit(spec).submission_id
 
     def log_value(self, sid: str, key: str) -> str:

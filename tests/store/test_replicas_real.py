@@ -156,7 +156,10 @@ def test_a_leader_killed_mid_resubmit_hands_over_and_the_job_is_resubmitted_exac
         procs["b"] = serve(tmp_path, pg_url, "b", ports["b"], **cluster)
         wait_for("replica b to follow", lambda: (leader_of(ports["b"]) or (0, {}))[0] == 503)
 
-        sid = env.submit()
+        # The trainer outlives its rank's node and takes 4 s to stop, as one saving a last checkpoint does: the
+        # resubmit step, which stops it first, runs for seconds, long enough to be caught inside (without it the
+        # step took a blink and a loaded machine's poll missed it).
+        sid = env.submit(STAGE_TRAINER_STOP_GRACE_S="4")
         rank_node = env.log_value(sid, "RANK_NODE")
         wait_until("a checkpoint", lambda: list((env.shared / "jobs" / sid / "checkpoints").glob("global_step_*")),
                    timeout=60)
