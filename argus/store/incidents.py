@@ -21,6 +21,7 @@ from argus.store.columns import as_utc
 from argus.store.models import FINGERPRINT_MAX, SUBJECT_ID_MAX, FindingRow, IncidentRow
 from argus.store.repository import check_limit, new_id, parse_enum, retry_lost_races, saved, transaction
 from core.errors import InputError, NotFound
+from core.signal_keys import JOBS
 from core.types import (
     REOPENED,
     REOPENED_AT,
@@ -166,6 +167,7 @@ class IncidentRepository:
             row.occurrences += 1
             row.last_seen = max(row.last_seen, as_utc(finding.detected_at))
             _note_echo(row, finding.fingerprint)
+            _learn_jobs(row, finding)
             self._keep_if_new(s, row, finding, digest)
             return saved(s, row).to_domain()
 
@@ -344,6 +346,17 @@ def finding_digest(finding: Finding) -> str:
     evidence = [(e.source, e.text, e.line) for e in finding.evidence]
     raw = json.dumps([finding.reason, evidence], ensure_ascii=False, default=str)
     return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _learn_jobs(row: IncidentRow, finding: Finding) -> None:
+    """A lost node's incident opened by a finding that did not know the node's jobs (a log line saying it died, read
+    before Ray's state listed them) learns them from a later finding about the same node: remediation resubmits the
+    jobs the incident lists."""
+    jobs = finding.attrs.get(JOBS)
+    same_subject = (finding.subject.kind.value == row.subject_kind
+                    and finding.subject.id[:SUBJECT_ID_MAX] == row.subject_id)
+    if jobs and same_subject and not dict(row.attrs or {}).get(JOBS):
+        row.attrs = {**(row.attrs or {}), JOBS: jobs}
 
 
 def _note_echo(row: IncidentRow, fingerprint: str) -> None:

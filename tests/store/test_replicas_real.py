@@ -168,8 +168,10 @@ def test_a_leader_killed_mid_resubmit_hands_over_and_the_job_is_resubmitted_exac
 
         def lost() -> Any:
             env.pipeline.run_once()  # the replicas' loops see it too: whichever files it first opens the incident
+            # whichever finding opened it (a replica's log line may, before any loop lists the node's jobs), the
+            # incident learns the jobs from the first finding that knows them (argus/store/incidents.py)
             return next((i for i in env.store.list_incidents(state="open", category="node_lost")
-                         if i.subject.id == rank_node), None)
+                         if i.subject.id == rank_node and i.attrs.get("jobs")), None)
 
         incident = wait_until("the node_lost incident", lost, timeout=90, interval=0.3)
         assert sid in [j.get("submission_id") for j in incident.attrs["jobs"]]

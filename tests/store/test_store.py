@@ -476,3 +476,21 @@ def test_sqlite_uses_wal_and_creates_its_folder(tmp_path) -> None:
         engine.dispose()
     finally:
         store.close()
+
+
+def _node_lost(reason: str, node: str = "a" * 56, **attrs: Any) -> Finding:
+    return Finding(category=Category.NODE_LOST, reason=reason, severity=Severity.CRITICAL,
+                   subject=Subject(kind=SubjectKind.NODE, id=node, name="10.0.0.4"), summary=f"node died ({reason})",
+                   attrs={"node_ip": "10.0.0.4", **attrs})
+
+
+def test_a_lost_node_incident_opened_without_its_jobs_learns_them_from_a_later_finding(store: Store) -> None:
+    jobs = [{"submission_id": "grpo-1", "status": "RUNNING"}]
+    incident, _ = store.record_finding(_node_lost("NodeMarkedDead"))  # a log line: no jobs known
+    assert "jobs" not in incident.attrs
+    other = store.attach_finding(incident.id, _node_lost("RayNodeDead", node="b" * 56, jobs=[{"submission_id": "x"}]))
+    assert "jobs" not in other.attrs  # another node's jobs are not this incident's
+    learned = store.attach_finding(incident.id, _node_lost("RayNodeDead", jobs=jobs))
+    assert learned.attrs["jobs"] == jobs and store.get_incident(incident.id).attrs["jobs"] == jobs
+    kept = store.attach_finding(incident.id, _node_lost("RayNodeDead2", jobs=[{"submission_id": "later"}]))
+    assert kept.attrs["jobs"] == jobs  # what the incident knew stays
