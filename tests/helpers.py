@@ -76,3 +76,29 @@ def holding_job(dashboard_url: str, script: Path, source: str, owner: str) -> It
     finally:
         stop()
 
+
+
+@contextmanager
+def served_app(app: Any, lifespan: str = "off") -> Iterator[str]:
+    """`app` under a real uvicorn server on a free loopback port (the kernel picks it; uvicorn serves on that very
+    socket), in a thread; its base URL. `lifespan="on"` runs the app's lifespan (an MCP app's session manager)."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan=lifespan))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start within 30 s"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()

@@ -10,15 +10,12 @@ lines are fed as signals, the values the Ray collectors would produce.
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -55,6 +52,7 @@ from remediation.runner import FINAL_STATES
 from stage.localstack.ports import free_port
 from stage.localstack.webhook_receiver import Reply, WebhookReceiver
 from stage.sim.dcgm_exporter import DcgmExporterSim
+from tests.helpers import served_app
 from tests.support import Clock
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
@@ -66,22 +64,8 @@ def served() -> Iterator[tuple[ArgusMetrics, str]]:
     metrics = ArgusMetrics()
     app = FastAPI()
     app.include_router(metrics_router(metrics))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))  # the kernel picks a free port; uvicorn serves on this very socket
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start within 30 s"
-        time.sleep(0.05)
-    try:
-        yield metrics, f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with served_app(app) as url:
+        yield metrics, url
 
 
 def scrape(base: str) -> dict[str, list]:

@@ -7,18 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sys
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
@@ -28,35 +23,12 @@ from argus.wiring import build_reports
 from core.settings import load_settings
 from core.types import Category, Evidence, Finding, Severity, Subject, SubjectKind
 from tests.argus.test_api_control import Env, with_policy
+from tests.helpers import served_app
 
 ROOT = Path(__file__).resolve().parents[2]
 DEAD_LINE = ("[2026-11-28 10:00:01,000 W 81 81] gcs_node_manager.cc:284: The node with node id: " + "0" * 56 +
              " and address: 10.0.0.11 and node name: 10.0.0.11 has been marked dead because the detector has missed "
              "too many heartbeats from it.")
-
-
-def serve(app: Any, lifespan: str) -> tuple[uvicorn.Server, threading.Thread, str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan=lifespan))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start within 30 s"
-        time.sleep(0.05)
-    return server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-
-@contextmanager
-def running(app: Any, lifespan: str = "off") -> Iterator[str]:
-    """`app` under uvicorn on a free loopback port; "on" runs its lifespan (the MCP app's session manager)."""
-    server, thread, url = serve(app, lifespan)
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 class Cluster:
@@ -126,7 +98,7 @@ def audit_rows(cluster: Cluster) -> list[Any]:
 
 
 def test_over_stdio_an_agent_reads_a_lost_node_and_approves_its_drain(cluster: Cluster) -> None:
-    with running(cluster.env.app) as url:
+    with served_app(cluster.env.app) as url:
         params = StdioServerParameters(command=sys.executable, args=["-m", "argus.cli", "mcp", "--url", url],
                                        env={**os.environ, "ARGUS_TOKEN": cluster.token(Role.OPERATOR),
                                             "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
@@ -142,9 +114,9 @@ def test_over_stdio_an_agent_reads_a_lost_node_and_approves_its_drain(cluster: C
 
 
 def test_over_http_each_caller_brings_its_token_and_a_viewer_may_not_approve(cluster: Cluster) -> None:
-    with running(cluster.env.app) as url:
+    with served_app(cluster.env.app) as url:
         mcp_app = build_mcp(ArgusApi(url)).streamable_http_app()
-        with running(mcp_app, lifespan="on") as mcp_url:
+        with served_app(mcp_app, lifespan="on") as mcp_url:
 
             async def as_role(role: Role | None) -> Client:
                 import httpx2
@@ -224,7 +196,7 @@ def test_a_small_agent_reads_the_open_incident_and_its_report_through_mcp(cluste
     the list and fetches that incident's report; it is offered no tool that changes anything."""
     from stage.localstack.mcp_agent import run_agent
 
-    with running(cluster.env.app) as url:
+    with served_app(cluster.env.app) as url:
         server = build_mcp(ArgusApi(url, token=cluster.token(Role.VIEWER)))
 
         async def session() -> Any:
