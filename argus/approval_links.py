@@ -63,7 +63,8 @@ class ApprovalLinks:
         """None when the link is good; otherwise why not."""
         if decision not in ("approve", "reject"):
             return "the link's decision is neither approve nor reject"
-        if not hmac.compare_digest(self._sign(action_id, decision, expires), sig):
+        # compared as bytes: compare_digest refuses str with non-ASCII characters (a mangled link has them)
+        if not hmac.compare_digest(self._sign(action_id, decision, expires).encode(), sig.encode()):
             return "the link's signature does not match: it was changed, or made for another Argus"
         if expires < self.clock():
             return "the link has expired"

@@ -8,7 +8,7 @@ from pathlib import Path
 from control.jobs import JobController
 from control.node_manager import NodeManager
 from control.nodes import NodeRegistry, NodeSpec
-from core.errors import InputError, NotConfigured
+from core.errors import NotAllowed, NotConfigured, NotFound
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,11 @@ class ControlPlane:
         real = Path(spec.ssh_key_path).resolve()
         roots = [d.resolve() for d in self.ssh_key_dirs]
         if not any(real.is_relative_to(root) for root in roots):
-            raise InputError(
+            raise NotAllowed(
                 f"ssh_key_path {spec.ssh_key_path} of node {spec.name} is outside the SSH key folders "
                 f"({', '.join(str(r) for r in roots) or 'none'})",
                 hint="put the key in one of them, or ask an admin to add its folder to node_ssh_key_dirs",
             )
         if not real.is_file():
-            raise InputError(f"ssh_key_path {spec.ssh_key_path} of node {spec.name} is not a file",
+            raise NotFound(f"ssh_key_path {spec.ssh_key_path} of node {spec.name} is not a file",
                              hint="copy the private key there first (mode 600)")

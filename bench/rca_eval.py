@@ -99,7 +99,8 @@ def report_predictor(writer, run: Run, *, every_case: bool = False):  # type: ig
             run.llm.append({"case": case.name, "expected": case.category.value, "ok": llm.get("ok"),
                             "category": llm.get("category"), "accepted": llm.get("accepted"),
                             "rules": run.rules_only[case.name].value, "note": llm.get("note"),
-                            "seconds": llm.get("seconds")})
+                            "seconds": llm.get("seconds"), "confidence": llm.get("confidence"),
+                            "cited": [e["text"] for e in evidence if e["ref"] in (llm.get("cited") or ())]})
         why = report.data.get("rule") or "-"
         if llm:
             why += f" / llm {llm.get('category') or 'failed'}: {'kept' if llm.get('accepted') else 'not used'}"

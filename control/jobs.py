@@ -55,7 +55,7 @@ from loguru import logger
 
 from control.artifacts import CleanupPlan, apply_cleanup, plan_cleanup
 from control.jobspec import JobSpec
-from core.errors import ArgusError, ConfigError, Conflict, InputError, NotFound, SourceUnavailable
+from core.errors import ArgusError, ConfigError, Conflict, InputError, NotAllowed, NotFound, SourceUnavailable
 from core.jobfolder import JobFolder, JobFolders, is_submission_id
 from core.lineage import CHECKPOINT_DIR_KEY, RESUME_FLAG_KEY, Lineage
 from core.ray_labels import WORKER_RESOURCE
@@ -146,8 +146,13 @@ class JobController:
 
     def check_code_dir(self, path: Path, what: str, sid: str) -> None:
         """`path` is a directory inside one of the code roots, links resolved (no escape through a link)."""
-        if not path.is_dir():
-            raise InputError(
+        try:
+            found = path.is_dir()
+        except OSError as exc:  # a name past the file system's limit, say: no such directory either
+            raise NotFound(f"{what} {str(path)[:200]} of job {sid!r} cannot be looked up: {exc.strerror}",
+                           hint="give a directory that exists on shared storage") from None
+        if not found:
+            raise NotFound(
                 f"{what} {path} of job {sid!r} is not a directory",
                 hint="it must exist on shared storage, visible to every node",
             )
@@ -156,7 +161,7 @@ class JobController:
         real = path.resolve()
         if not any(real == root or real.is_relative_to(root) for root in self.code_roots):
             roots = ", ".join(str(r) for r in self.code_roots) or "(none)"
-            raise InputError(
+            raise NotAllowed(
                 f"{what} {path} of job {sid!r} is outside the allowed code roots ({roots})",
                 hint="put the code under one of them, or ask an admin to add its root to job_code_roots",
             )

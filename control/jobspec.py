@@ -14,16 +14,19 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.json_schema import JsonDict
 
+from control.nodes import NAME_PATTERN as POOL_NAME_PATTERN
 from control.nodes import NAME_RE as POOL_NAME_RE
-from control.nodes import check_resource_name
+from control.nodes import RESOURCE_NAME_PATTERN, check_resource_name
 from core.errors import InputError
 from core.jobfolder import SUBMISSION_ID_RE
 from core.ray_labels import POOL_LABEL
+from core.types import WholeNumber
 
 MAX_SPEC_BYTES = 256 * 1024
 MAX_ENTRYPOINT_CHARS = 16 * 1024
@@ -81,34 +84,71 @@ def _check_label(key: str, value: str) -> None:
         )
 
 
+# The checks below spelt as JSON Schema, for the API's OpenAPI document (see control/nodes.py). Not spelt: the
+# env's total size and that a pool said twice (pool and a pool label) names the same pool.
+_PATH_SCHEMA: JsonDict = {"pattern": r"^(?!.*/\.\.(/|$))/[A-Za-z0-9_.,+@/-]*$", "maxLength": MAX_PATH_CHARS}
+_NO_NUL = r"^[^\x00]*$"
+_LABELS_SCHEMA: JsonDict = {
+    "maxProperties": MAX_LABELS,
+    "propertyNames": {"pattern": rf"^(?!ray\.io/)(?:[a-z0-9](?:[a-z0-9.-]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$"},
+    "additionalProperties": {"type": "string", "pattern": f"^{_LABEL_NAME}$"},
+    "properties": {key: {"type": "string", "pattern": POOL_NAME_PATTERN} for key in (POOL_LABEL, OLD_POOL_KEY)},
+}
+_POOL_IN_LABELS: JsonDict = {"anyOf": [{"required": [POOL_LABEL]}, {"required": [OLD_POOL_KEY]}]}
+_ONE_POOL_SCHEMA: JsonDict = {  # the pool is named in one place: `pool`, or one of the two label spellings
+    "allOf": [
+        {"properties": {"labels": {"not": {"required": [POOL_LABEL, OLD_POOL_KEY]}}}},
+        {"if": {"required": ["pool"], "properties": {"pool": {"type": "string"}}},
+         "then": {"properties": {"labels": {"not": _POOL_IN_LABELS}}}},
+    ],
+}
+_RESOURCES_SCHEMA: JsonDict = {"maxProperties": MAX_RESOURCES, "propertyNames": {"pattern": RESOURCE_NAME_PATTERN},
+                     "additionalProperties": {"type": "number", "exclusiveMinimum": 0,
+                                              "maximum": MAX_RESOURCE_AMOUNT}}
+_ENV_SCHEMA: JsonDict = {
+    "maxProperties": MAX_ENV_VARS,
+    "propertyNames": {"pattern": r"^(?!RAY_|ARGUS_|PYTHONPATH$)[A-Z_][A-Z0-9_]{0,127}$"},
+    "additionalProperties": {"type": "string", "maxLength": MAX_ENV_VALUE_CHARS, "pattern": _NO_NUL},
+}
+
+
 class JobSpec(BaseModel):
     """One job to submit. See the module docstring for what is validated and why."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, json_schema_extra=_ONE_POOL_SCHEMA)
 
-    name: str = Field(description="short job name; the generated submission id starts with it")
+    name: str = Field(description="short job name; the generated submission id starts with it",
+                      json_schema_extra={"pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$"})
     workload: Workload = "custom"
-    entrypoint: str = Field(description="shell command Ray runs as the job driver, passed as is")
-    nnodes: int = Field(default=1, ge=1, le=1024)
-    gpus_per_node: int = Field(default=0, ge=0, le=16)
+    entrypoint: str = Field(description="shell command Ray runs as the job driver, passed as is",
+                            json_schema_extra={"pattern": r"^[^\x00]*[^\s\x00][^\x00]*$",
+                                               "maxLength": MAX_ENTRYPOINT_CHARS})
+    nnodes: Annotated[int, WholeNumber] = Field(default=1, ge=1, le=1024)
+    gpus_per_node: Annotated[int, WholeNumber] = Field(default=0, ge=0, le=16)
     pool: str | None = Field(default=None, description=f"node pool: the driver lands on a node joined into it "
-                             f"(Ray label {POOL_LABEL}); labels {{'pool': <pool>}} says the same")
-    labels: dict[str, str] = Field(default_factory=dict, description="node labels the driver must land on")
+                             f"(Ray label {POOL_LABEL}); labels {{'pool': <pool>}} says the same",
+                             json_schema_extra={"pattern": POOL_NAME_PATTERN})
+    labels: dict[str, str] = Field(default_factory=dict, description="node labels the driver must land on",
+                                   json_schema_extra=_LABELS_SCHEMA)
     resources: dict[str, float] = Field(default_factory=dict, description="custom Ray resources the driver asks "
                                         "for besides the controller's (a sliver of 'worker'): it lands on a node "
-                                        "that has them, e.g. {'gpu-07': 0.001} for a node joined with that one")
-    code_path: str | None = Field(default=None, description="put first on PYTHONPATH")
-    env: dict[str, str] = Field(default_factory=dict)
-    working_dir: str | None = Field(default=None, description="the driver runs in this directory")
+                                        "that has them, e.g. {'gpu-07': 0.001} for a node joined with that one",
+                                        json_schema_extra=_RESOURCES_SCHEMA)
+    code_path: str | None = Field(default=None, description="put first on PYTHONPATH", json_schema_extra=_PATH_SCHEMA)
+    env: dict[str, str] = Field(default_factory=dict, json_schema_extra=_ENV_SCHEMA)
+    working_dir: str | None = Field(default=None, description="the driver runs in this directory",
+                                    json_schema_extra=_PATH_SCHEMA)
     timeout_s: float | None = Field(default=None, gt=0)
     resume: bool = False
     checkpoint_dir: str | None = Field(default=None, description="where the trainer writes checkpoints, when "
                                        "not $ARGUS_JOB_DIR/checkpoints nor in its arguments: a resubmission "
-                                       "resumes from the newest one there")
+                                       "resumes from the newest one there", json_schema_extra=_PATH_SCHEMA)
     resume_flag: str | None = Field(default=None, description="the trainer's argument that takes a checkpoint "
-                                    "to resume from, e.g. --resume: a resubmission passes the newest one")
-    owner: str
-    submission_id: str | None = None
+                                    "to resume from, e.g. --resume: a resubmission passes the newest one",
+                                    json_schema_extra={"pattern": r"^--?[A-Za-z][A-Za-z0-9_.-]{0,63}$"})
+    owner: str = Field(json_schema_extra={"pattern": r"^[a-z_][a-z0-9_.-]{0,31}$"})
+    submission_id: str | None = Field(default=None,
+                                      json_schema_extra={"pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"})
 
     @field_validator("name")
     @classmethod
@@ -212,9 +252,11 @@ class JobSpec(BaseModel):
         named = {f"labels.{key}": self.labels[key] for key in (POOL_LABEL, OLD_POOL_KEY) if key in self.labels}
         if self.pool is not None:
             named = {"pool": self.pool, **named}
-        if len(set(named.values())) > 1:
+        if len(named) > 1:
+            # said twice is refused even when the same: one place to read it, as the schema says (one of the three)
             said = ", ".join(f"{where}={value!r}" for where, value in named.items())
-            raise ValueError(f"names two pools ({said}): give the pool once, as pool: <name>")
+            what = "two pools" if len(set(named.values())) > 1 else "the pool twice"
+            raise ValueError(f"names {what} ({said}): give the pool once, as pool: <name>")
         for where, value in named.items():
             if not POOL_NAME_RE.fullmatch(value):  # `pool` itself was checked by _pool; a label spelling was not
                 raise ValueError(f"{where}={value!r} is not a pool name: pools are named as nodes are, "

@@ -23,7 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from core.errors import Conflict, InputError, NotFound
 from core.ray_labels import POOL_LABEL
-from core.types import utcnow
+from core.types import WholeNumber, utcnow
 
 NAME_RE = re.compile(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?")
 _HOSTNAME_LABEL_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
@@ -168,6 +168,11 @@ _PUBKEY_RE = re.compile(
 )
 
 
+_HOST_KEY_PATTERN = (r"^\s*(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|"
+                     r"sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com)\s+[A-Za-z0-9+/]{16,8192}={0,3}"
+                     r"(\s[\s\S]*)?$")
+
+
 def check_host_key(value: str) -> str:
     """The pinned public key line "<type> <base64>" (an optional trailing comment is dropped)."""
     parts = value.strip().split()
@@ -180,11 +185,35 @@ def check_host_key(value: str) -> str:
     return key
 
 
-Name = Annotated[str, AfterValidator(check_name)]
-Host = Annotated[str, AfterValidator(check_host)]
-IpAddress = Annotated[str, AfterValidator(check_ip)]
-AbsPath = Annotated[str, AfterValidator(check_abs_path)]
-Port = Annotated[int, Field(ge=1, le=65535, strict=True)]
+# The same rules as the checks above, spelt as JSON Schema for the API's OpenAPI document: a client generated from
+# it sends only what the checks accept (the API's contract test generates bodies from these and sends them).
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$"
+_DNS_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_ABS_PATH = r"(?!.*/\.\.?(/|$))(/[A-Za-z0-9_.][A-Za-z0-9_.-]{0,127})+"
+_IP_SCHEMA: list[dict[str, str]] = [{"format": "ipv4"}, {"format": "ipv6"}]
+HOST_SCHEMA = {"anyOf": [*_IP_SCHEMA, {"pattern": rf"^(?![0-9.]*$){_DNS_LABEL}(\.{_DNS_LABEL})*\.?$",
+                                      "maxLength": 253}]}
+ABS_PATH_SCHEMA = {"pattern": f"^{_ABS_PATH}$", "maxLength": _MAX_PATH}
+RESOURCE_NAME_PATTERN = r"^(?!(CPU|GPU|memory|object_store_memory)$)[A-Za-z][A-Za-z0-9_.-]{0,62}$"
+LABEL_VALUE_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$"
+
+
+def _schema(extra: dict[str, object]) -> object:
+    return Field(json_schema_extra=extra)  # type: ignore[arg-type]
+
+
+Name = Annotated[str, AfterValidator(check_name), _schema({"pattern": NAME_PATTERN})]
+Host = Annotated[str, AfterValidator(check_host), _schema(HOST_SCHEMA)]
+IpAddress = Annotated[str, AfterValidator(check_ip), _schema({"anyOf": _IP_SCHEMA})]
+AbsPath = Annotated[str, AfterValidator(check_abs_path), _schema(ABS_PATH_SCHEMA)]
+_LABELS_SCHEMA = {
+    "maxProperties": MAX_LABELS,
+    "propertyNames": {"pattern": rf"^(?!ray\.io/)({_DNS_LABEL}(\.{_DNS_LABEL})*/)?{LABEL_VALUE_PATTERN[1:-1]}$"},
+    "additionalProperties": {"type": "string", "pattern": f"^({LABEL_VALUE_PATTERN[1:-1]})?$"},
+}
+_RESOURCES_SCHEMA = {"propertyNames": {"pattern": RESOURCE_NAME_PATTERN},
+                     "additionalProperties": {"type": "number", "minimum": 0, "maximum": 1_000_000}}
+Port = Annotated[int, Field(ge=1, le=65535, strict=True), WholeNumber]
 
 
 class RayPorts(BaseModel):
@@ -207,27 +236,29 @@ class NodeSpec(BaseModel):
 
     name: Name
     host: Host = Field(description="where sshd listens: IP address or DNS name")
-    ssh_user: Annotated[str, AfterValidator(check_user)] = "root"
+    ssh_user: Annotated[str, AfterValidator(check_user), _schema({"pattern": r"^[a-z_][a-z0-9_-]{0,31}$"})] = "root"
     ssh_port: Port = 22
     ssh_key_path: AbsPath = Field(description="private key Argus logs in with")
-    host_key: Annotated[str, AfterValidator(check_host_key)] = Field(
+    host_key: Annotated[str, AfterValidator(check_host_key), _schema({"pattern": _HOST_KEY_PATTERN})] = Field(
         description="the node's pinned SSH host public key; any other key is refused"
     )
     node_ip: IpAddress | None = Field(
         default=None, description="Ray's --node-ip-address; default: host, when host is an IP address"
     )
-    labels: Annotated[dict[str, str], AfterValidator(check_labels)] = Field(default_factory=dict)
+    labels: Annotated[dict[str, str], AfterValidator(check_labels), _schema(_LABELS_SCHEMA)] = Field(
+        default_factory=dict)
     pool: Name | None = Field(
         default=None, description=f"join labels the node {POOL_LABEL}=<pool>; a JobSpec naming the pool lands there"
     )
-    gpus: Annotated[int, Field(ge=0, le=MAX_GPUS)] = 0
-    cpus: Annotated[int, Field(ge=0, le=1024)] | None = None
-    resources: Annotated[dict[str, float], AfterValidator(check_resources)] = Field(
+    gpus: Annotated[int, Field(ge=0, le=MAX_GPUS), WholeNumber] = 0
+    cpus: Annotated[int, Field(ge=0, le=1024), WholeNumber] | None = None
+    resources: Annotated[dict[str, float], AfterValidator(check_resources), _schema(_RESOURCES_SCHEMA)] = Field(
         default_factory=dict, description="extra custom Ray resources besides 'worker' (the pool is a label)"
     )
-    ray_bin: Annotated[str, AfterValidator(check_program)] = "ray"
+    ray_bin: Annotated[str, AfterValidator(check_program), _schema(
+        {"pattern": rf"^({_ABS_PATH}|[A-Za-z0-9_.][A-Za-z0-9_.-]{{0,127}})$", "maxLength": _MAX_PATH})] = "ray"
     ray_temp_dir: AbsPath | None = Field(
-        default=None,
+        default=None, json_schema_extra={"maxLength": 48},
         description="Ray's --temp-dir; set it on hosts running more than one Ray node, so offline stops "
         "only this node's processes instead of `ray stop` (every Ray process on the host)",
     )

@@ -56,6 +56,11 @@ class InputError(ArgusError):
     """Input from a user or an outside system is malformed."""
 
 
+class NotAllowed(InputError):
+    """The request is well formed but this Argus's configuration does not allow it (a code path outside the code
+    roots an admin set, an SSH key outside the key folders): an admin, not the request's form, must change."""
+
+
 class Conflict(InputError):
     """The request is well formed but the object's current state forbids it (a job still running, a node
     in the wrong state, another change that came first)."""

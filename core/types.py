@@ -6,11 +6,37 @@ Free of Ray, langchain and SQLAlchemy types, so every package can speak it and t
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+_ISO_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _iso_date_time(value: object) -> object:
+    # pydantic reads a bare number as seconds since 1970 ("0.5" becomes 1970-01-01T00:00:00.5): an input that
+    # documents `date-time` takes RFC 3339 text only, so a client's mistake is a clear error, not a 1970 filter.
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not _ISO_DATE_TIME.match(value):
+        raise ValueError("must be an RFC 3339 date and time, e.g. 2026-11-29T08:00:00Z")
+    return value
+
+
+def _whole_number(value: object) -> object:
+    # JSON Schema counts a number with no fraction as an integer, so a client may send 2.0; strict models still
+    # refuse "2", true and 2.5
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# An integer read from outside by a strict model: 2.0 is 2 (put it after the Field that constrains the int).
+WholeNumber = BeforeValidator(_whole_number)
+
+# A date and time read from outside (a query, a webhook's body): RFC 3339 text, not a number.
+IsoDateTime = Annotated[datetime, BeforeValidator(_iso_date_time)]
 
 
 def utcnow() -> datetime:

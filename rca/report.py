@@ -251,6 +251,8 @@ def render(inp: ReportInput) -> Report:
         "llm": None if inp.llm is None else {
             "model": inp.llm.model, "ok": inp.llm.ok, "seconds": inp.llm.seconds, "error": inp.llm.error,
             "category": analysis.category if analysis else None,
+            "confidence": analysis.confidence if analysis else None,
+            "cited": list(inp.cited),  # the evidence refs the LLM cited that exist (see "evidence")
             "accepted": bool(accepted), "note": inp.decision.note if inp.decision else None,
             "left_out": [{"field": d.field, "sentence": d.sentence, "claims": list(d.claims)}
                          for d in (inp.dropped if accepted else ())],

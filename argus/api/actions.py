@@ -6,6 +6,7 @@ kinds the policy lists in `guards.agent_may_approve`; anything else it proposes 
 
 from __future__ import annotations
 
+import re
 from html import escape
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs
@@ -15,7 +16,8 @@ from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from argus.api.auth import Principal, require
-from argus.api.params import ActionIdPath, IncidentIdPath
+from argus.api.errors import ERRORS_KEY, Forbidden
+from argus.api.params import ID_CHARS, ActionIdPath, IncidentIdPath, IncidentIdQuery
 from argus.api.state import approval_links_of, incidents_of, remediator_of
 from argus.approval_links import ApprovalLinks
 from argus.incidents.subscribers import waiting_for_decision
@@ -27,11 +29,24 @@ from remediation.policy import Mode, Step
 router = APIRouter(tags=["remediation"])
 
 
-class Proposal(BaseModel):
+class PolicyPlan(BaseModel):
+    """Plan what the remediation policy says for this incident."""
+
     model_config = ConfigDict(extra="forbid")
 
-    plan: Literal["policy"] | None = Field(default=None, description="plan what the policy says for this incident")
-    steps: list[Step] | None = Field(default=None, min_length=1, max_length=10)
+    plan: Literal["policy"]
+
+
+class GivenSteps(BaseModel):
+    """Plan these steps."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: list[Step] = Field(min_length=1, max_length=10)
+
+
+# One or the other, as the schema says (a body with both, neither or a null is a 422 naming the fields).
+Proposal = PolicyPlan | GivenSteps
 
 
 class Rejection(BaseModel):
@@ -45,7 +60,7 @@ def action_json(action: Action) -> dict[str, Any]:
 
 
 def _check_id(action_id: str) -> str:
-    if len(action_id) > 64 or not action_id.replace("-", "").replace("_", "").isalnum():
+    if not re.fullmatch(ID_CHARS, action_id):  # the route's pattern already; this keeps callers in Python honest
         raise InputError(f"{action_id[:70]!r} is not an action id", hint="ids look like act-0123456789ab")
     return action_id
 
@@ -53,7 +68,7 @@ def _check_id(action_id: str) -> str:
 @router.get("/v1/actions", dependencies=[Depends(require(Role.VIEWER))])
 def list_actions(
     request: Request,
-    incident_id: Annotated[str | None, Query(max_length=64)] = None,
+    incident_id: IncidentIdQuery = None,
     state: ActionState | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> dict[str, Any]:
@@ -63,17 +78,16 @@ def list_actions(
     return {"items": [action_json(a) for a in items[-limit:]]}
 
 
-@router.get("/v1/actions/{action_id}", dependencies=[Depends(require(Role.VIEWER))])
+@router.get("/v1/actions/{action_id:ident}", dependencies=[Depends(require(Role.VIEWER))])
 def get_action(request: Request, action_id: ActionIdPath) -> dict[str, Any]:
     return {"action": action_json(request.app.state.store.get_action(_check_id(action_id)))}
 
 
-@router.post("/v1/incidents/{incident_id}/actions", status_code=201)
+@router.post("/v1/incidents/{incident_id:ident}/actions", status_code=201)
 def propose(request: Request, incident_id: IncidentIdPath, body: Annotated[Proposal, Body()],
             who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
     """Plan steps for the incident: the policy's (`{"plan": "policy"}`) or the ones given (`{"steps": [...]}`)."""
-    if (body.plan is None) == (body.steps is None):
-        raise InputError("give either plan: policy or steps", hint='e.g. {"steps": [{"action": "keep_scene"}]}')
+    steps = body.steps if isinstance(body, GivenSteps) else None
     rem = remediator_of(request)
     if len(incident_id) > 64:
         raise InputError("that is not an incident id", hint="ids look like inc-0123456789ab")
@@ -82,27 +96,25 @@ def propose(request: Request, incident_id: IncidentIdPath, body: Annotated[Propo
         raise Conflict("remediation is off in this Argus's policy", hint="set mode to dry-run, approval or auto")
     agent = who.role is Role.AGENT
     allowed = set(rem.policy.guards.agent_may_approve)
-    if agent and body.steps and any(s.action not in allowed for s in body.steps):
+    if agent and steps and any(s.action not in allowed for s in steps):
         # the agent may ask; what it may not approve waits for an operator
         mode = Mode.APPROVAL if rem.policy.mode is not Mode.DRY_RUN else Mode.DRY_RUN
     elif rem.policy.mode is Mode.AUTO and not agent:
         mode = Mode.AUTO
     else:
         mode = Mode.APPROVAL if rem.policy.mode is not Mode.DRY_RUN else Mode.DRY_RUN
-    planned = rem.plan(incident, steps=body.steps, requested_by=who.name, mode=mode if body.steps else None)
+    planned = rem.plan(incident, steps=steps, requested_by=who.name, mode=mode if steps else None)
     incidents_of(request).approval_needed(incident, waiting_for_decision(planned))
     request.state.audit_detail = {"incident": incident_id, "planned": [a.id for a in planned]}
     return {"items": [action_json(a) for a in planned]}
 
 
-@router.post("/v1/actions/{action_id}:approve")
+@router.post("/v1/actions/{action_id:ident}:approve")
 def approve(request: Request, action_id: ActionIdPath,
             who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
     rem = remediator_of(request)
     action = request.app.state.store.get_action(_check_id(action_id))
     if who.role is Role.AGENT and action.kind not in rem.policy.guards.agent_may_approve:
-        from argus.api.errors import Forbidden
-
         raise Forbidden(f"the agent may not approve {action.kind}; the policy lets it approve: "
                         f"{', '.join(rem.policy.guards.agent_may_approve) or 'nothing'}",
                         hint="an operator approves this step")
@@ -111,7 +123,7 @@ def approve(request: Request, action_id: ActionIdPath,
     return {"action": action_json(approved)}
 
 
-@router.post("/v1/actions/{action_id}:reject")
+@router.post("/v1/actions/{action_id:ident}:reject")
 def reject(request: Request, action_id: ActionIdPath, body: Annotated[Rejection, Body()],
            who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
     rejected = remediator_of(request).reject(_check_id(action_id), who=who.name, reason=body.reason)
@@ -132,8 +144,6 @@ def _links(request: Request) -> ApprovalLinks:
 def _checked(request: Request, action_id: str, decision: str, expires: int, sig: str) -> Action:
     reason = _links(request).check(_check_id(action_id), decision, expires, sig[:128])
     if reason is not None:
-        from argus.api.errors import Forbidden
-
         raise Forbidden(reason, hint="ask for a fresh link, or decide in the API with a token")
     return request.app.state.store.get_action(action_id)
 
@@ -141,7 +151,8 @@ def _checked(request: Request, action_id: str, decision: str, expires: int, sig:
 LinkQuery = Annotated[str, Query(pattern="^(approve|reject)$")]
 
 
-@router.get("/v1/actions/{action_id}/decide", response_class=HTMLResponse, include_in_schema=True)
+@router.get("/v1/actions/{action_id:ident}/decide", response_class=HTMLResponse,
+            openapi_extra={ERRORS_KEY: [403]})  # 403: the link's signature does not match, or it expired
 def decide_page(request: Request, action_id: ActionIdPath, decision: LinkQuery,
                 expires: Annotated[int, Query(ge=0, le=2**40)], sig: Annotated[str, Query(max_length=128)]):
     """What a signed link from a message would decide, with the button that decides it (a GET decides nothing)."""
@@ -160,12 +171,26 @@ def decide_page(request: Request, action_id: ActionIdPath, decision: LinkQuery,
         f"<button type=submit>{escape(decision.title())}</button></form>")
 
 
-@router.post("/v1/actions/{action_id}/decide")
+# What the page's form posts, stated for clients generated from the schema (the route parses the body itself).
+_LINK_FORM = {"required": True, "content": {"application/x-www-form-urlencoded": {"schema": {
+    "type": "object", "required": ["decision", "expires", "sig"], "additionalProperties": False,
+    "properties": {"decision": {"type": "string", "enum": ["approve", "reject"]},
+                   "expires": {"type": "integer", "minimum": 0, "maximum": 2**40},
+                   "sig": {"type": "string", "maxLength": 128}}}}}}
+
+
+@router.post("/v1/actions/{action_id:ident}/decide", openapi_extra={"requestBody": _LINK_FORM, ERRORS_KEY: [403]})
 async def decide(request: Request, action_id: ActionIdPath) -> dict[str, Any]:
     """Decide through a signed link's form (fields decision, expires, sig)."""
     # the page's form posts application/x-www-form-urlencoded; parsed here, without a multipart dependency
     raw = (await request.body())[:4096].decode("utf-8", errors="replace")
-    form = {k: v[0] for k, v in parse_qs(raw, max_num_fields=10).items()}
+    try:
+        form = {k: v[0] for k, v in parse_qs(raw, max_num_fields=10).items()}
+    except ValueError:  # more fields than a link's form has
+        raise InputError("the form has too many fields", hint="post the link's form as it was sent") from None
+    if unknown := sorted(set(form) - {"decision", "expires", "sig"}):
+        raise InputError(f"the form has fields a link's form does not: {', '.join(unknown)[:200]}",
+                         hint="post decision, expires and sig only")
     decision = str(form.get("decision", ""))[:16]
     try:
         expires = int(str(form.get("expires", ""))[:16])

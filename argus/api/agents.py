@@ -25,6 +25,7 @@ from collectors.agent_gpus import PER_GPU_LABELS, GpuReading
 from collectors.ray_logs import AgentLineRecord
 from core.errors import NotConfigured
 from core.limits import MAX_LINE_CHARS
+from core.types import WholeNumber
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 MAX_BATCH_LINES = 10_000
@@ -33,10 +34,11 @@ NodeId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[0-9A-Za-
 
 
 class Line(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     file: str = Field(min_length=1, max_length=255, pattern=r"^[^/\x00]+$", description="the log file's name")
-    line: int = Field(ge=0, le=2**53, description="the line's number in its file (a kernel record's sequence)")
+    line: Annotated[int, Field(ge=0, le=2**53), WholeNumber] = Field(
+        description="the line's number in its file (a kernel record's sequence)")
     text: str = Field(max_length=MAX_LINE_CHARS)
     truncated: bool = False
     line_time: str | None = Field(default=None, max_length=64)
@@ -48,17 +50,20 @@ LabelName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z
 
 
 class Gpu(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    gpu: int = Field(ge=0, lt=1024, description="the GPU's index on its node")
+    gpu: Annotated[int, Field(ge=0, lt=1024), WholeNumber] = Field(description="the GPU's index on its node")
     uuid: str = Field(min_length=1, max_length=128, pattern=r"^[0-9A-Za-z._:-]+$")
     model_name: str = Field(max_length=128)
-    values: dict[DcgmField, Annotated[float, Field(allow_inf_nan=False)]] = Field(max_length=64)
-    labels: dict[LabelName, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict, max_length=16)
+    # pydantic states a key's pattern as patternProperties, which lets other keys through: the schema says none may
+    values: dict[DcgmField, Annotated[float, Field(allow_inf_nan=False)]] = Field(
+        max_length=64, json_schema_extra={"additionalProperties": False})
+    labels: dict[LabelName, Annotated[str, Field(max_length=256)]] = Field(
+        default_factory=dict, max_length=16, json_schema_extra={"additionalProperties": False})
 
 
 class Batch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     node_id: NodeId
     node_ip: str = Field(min_length=1, max_length=64, pattern=r"^[0-9A-Fa-f.:]+$")

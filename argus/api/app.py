@@ -78,7 +78,8 @@ through argus/api/state.py."""
     app.include_router(ops.router)
     app.include_router(actions.router)
     app.include_router(alerts.router)
-    app.include_router(agents.router)  # node agents' batches (node_agent token) and their list (viewer)
+    if node_agents is not None:  # an Argus without node agents does not serve their routes (nor document them)
+        app.include_router(agents.router)  # node agents' batches (node_agent token) and their list (viewer)
     if metrics is not None:
         app.include_router(metrics_router(metrics))
     install_web(app, web)  # the web page under /ui (and GET / leading there), out of the OpenAPI schema

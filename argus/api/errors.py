@@ -15,6 +15,7 @@ from core.errors import (
     ConfigError,
     Conflict,
     InputError,
+    NotAllowed,
     NotConfigured,
     NotFound,
     SourceUnavailable,
@@ -38,6 +39,7 @@ class GuardRefused(Forbidden):
 _STATUS: tuple[tuple[type[ArgusError], int], ...] = (
     (Unauthorized, 401),
     (Forbidden, 403),
+    (NotAllowed, 403),
     (NotConfigured, 503),
     (NotFound, 404),
     (Conflict, 409),
@@ -67,15 +69,18 @@ def install(app: FastAPI) -> None:
         return JSONResponse(error_body(type(exc).__name__, exc.message, exc.hint), status_code=status, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # FastAPI answers a body it cannot parse at all (nested past the recursion limit, say) with a bare 400;
         # to a client that is a malformed body like any other: 422, in our shape.
         if exc.status_code == 400 and exc.detail == _FASTAPI_PARSE_ERROR:
             return JSONResponse(error_body("InvalidRequest", "the request body could not be parsed",
                                            "send one JSON object, nested at most a few levels"), status_code=422)
         kind = {404: "NotFound", 405: "MethodNotAllowed", 413: "BodyTooLarge"}.get(exc.status_code, "HTTPError")
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
         return JSONResponse(error_body(kind, str(exc.detail), _HTTP_HINTS.get(exc.status_code)),
-                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
+                            status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -87,6 +92,18 @@ def install(app: FastAPI) -> None:
             error_body("InvalidRequest", "the request is malformed", "fix the fields listed", problems=problems),
             status_code=422,
         )
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route answers on this path. Starlette names only the first route whose path matched, and
+    FastAPI makes one route per method, so its Allow for GET+POST /v1/nodes said "GET" alone (RFC 9110: all of them)."""
+    path = request.scope.get("path", "")
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        regex, route_methods = getattr(route, "path_regex", None), getattr(route, "methods", None)
+        if regex is not None and route_methods and regex.match(path):
+            methods |= set(route_methods)
+    return sorted(methods)
 
 
 class ErrorBody(BaseModel):
@@ -113,13 +130,15 @@ _MEANING = {
     503: "Argus cannot do this now: a source it needs (the database, Ray, the control plane) is down or not configured",
 }
 _MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+ERRORS_KEY = "x-argus-errors"  # a route's own error statuses, beside those its form implies (see document_errors)
 
 
 def document_errors(app: FastAPI) -> None:
     """Each operation of the OpenAPI document lists every error status it can answer, with ErrorBody: 500 and 503
     everywhere (the database), 400 and 422 where it takes input, 401 and 403 where a token is needed, 404 where the
-    path names a thing, 409 and 413 where the call changes something. Read from the document FastAPI generates (its
-    security, path and method), so a route added later is documented too."""
+    path (or an `*_id` filter) names a thing, 409 and 413 where the call changes something, and what a route adds
+    in its `openapi_extra` as `{ERRORS_KEY: [codes]}` (a signed link's 403, a body naming a job). Read from the
+    document FastAPI generates (its security, path and method), so a route added later is documented too."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -134,10 +153,12 @@ def document_errors(app: FastAPI) -> None:
                     codes |= {400, 422}
                 if operation.get("security"):
                     codes |= {401, 403}
-                if "{" in path:
-                    codes.add(404)
+                if "{" in path or any(p.get("in") == "query" and p.get("name", "").endswith("_id")
+                                      for p in operation.get("parameters", ())):
+                    codes.add(404)  # the thing the path (or an id filter) names may not exist
                 if method.upper() in _MUTATING:
                     codes |= {409, 413}
+                codes |= set(operation.pop(ERRORS_KEY, ()))
                 responses = operation.setdefault("responses", {})
                 for code in sorted(codes):
                     responses[str(code)] = {"description": _MEANING[code], "content": error}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
@@ -14,7 +13,7 @@ from argus.api.params import IncidentIdPath
 from argus.api.state import incidents_of
 from argus.store.tokens import Role
 from core.errors import InputError, NotFound
-from core.types import Category, Incident, IncidentState
+from core.types import Category, Incident, IncidentState, IsoDateTime
 
 router = APIRouter(prefix="/v1/incidents", tags=["incidents"])
 
@@ -24,7 +23,7 @@ def list_incidents(
     state: IncidentState | None = None,
     category: Category | None = None,
     subject: Annotated[str | None, Query(max_length=256, description="job submission id or node id")] = None,
-    since: datetime | None = None,
+    since: IsoDateTime | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> dict[str, Any]:
@@ -49,7 +48,7 @@ def _check_id(incident_id: str) -> None:
         )
 
 
-@router.get("/{incident_id}")
+@router.get("/{incident_id:ident}")
 def get_incident(request: Request, incident_id: IncidentIdPath) -> dict[str, Any]:
     store = request.app.state.store
     _check_id(incident_id)
@@ -61,7 +60,7 @@ def get_incident(request: Request, incident_id: IncidentIdPath) -> dict[str, Any
     }
 
 
-@router.get("/{incident_id}/report", responses={200: {"content": {"text/markdown": {}, "application/json": {}}}})
+@router.get("/{incident_id:ident}/report", responses={200: {"content": {"text/markdown": {}, "application/json": {}}}})
 def get_report(
     request: Request,
     incident_id: IncidentIdPath,
@@ -90,7 +89,7 @@ class StateChange(BaseModel):
     reason: str = Field(min_length=1, max_length=500)
 
 
-@router.post("/{incident_id}:resolve")
+@router.post("/{incident_id:ident}:resolve")
 def resolve(request: Request, incident_id: IncidentIdPath, body: Annotated[StateChange, Body()],
             who: Annotated[Principal, Depends(require(Role.OPERATOR))]) -> dict[str, Any]:
     """Mark the incident resolved (people are told); its fault back within reopen_window_s reopens it (counted in

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from argus.api.agent_policy import job_target, within_policy
 from argus.api.auth import Principal, require
+from argus.api.errors import ERRORS_KEY
 from argus.control_plane import ControlPlane
 from argus.store.tokens import Role
 from control.jobs import JobRecord
@@ -48,7 +49,8 @@ def job_json(record: JobRecord) -> dict[str, Any]:
     return body
 
 
-@router.post("", status_code=201, dependencies=[Depends(require(Role.OPERATOR))])
+# 403: a path outside the code roots an admin set; 404: a code path or working dir that does not exist
+@router.post("", status_code=201, dependencies=[Depends(require(Role.OPERATOR))], openapi_extra={ERRORS_KEY: [404]})
 def submit(request: Request, spec: Annotated[JobSpec, Body()]) -> dict[str, Any]:
     """Submit a job; its folder `<shared root>/jobs/<submission_id>/` gets the spec and the submit call."""
     record = control(request).jobs.submit(spec)

@@ -19,10 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from argus.api.agent_policy import node_target, within_policy
 from argus.api.auth import Principal, require
+from argus.api.errors import ERRORS_KEY
 from argus.api.jobs import control
 from argus.store.tokens import Role
 from control.node_manager import NodeOutcome
 from control.nodes import NAME_RE, NodeRecord, NodeSpec
+from core.types import WholeNumber
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 NodeName = Annotated[str, Path(min_length=1, max_length=63, pattern=f"^{NAME_RE.pattern}$")]
@@ -31,15 +33,14 @@ Reason = Annotated[str, Field(min_length=1, max_length=180, pattern=r"^[A-Za-z0-
 
 
 class StepRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     reason: Reason = Field(description="why: recorded with the transition and, for drains, sent to Ray")
 
 
 class DrainRequest(StepRequest):
-    deadline_s: int | None = Field(
-        default=None, ge=0, le=7 * 24 * 3600, description="Ray ends the node's work after this many seconds"
-    )
+    deadline_s: Annotated[int, Field(ge=0, le=7 * 24 * 3600), WholeNumber] | None = Field(
+        default=None, description="Ray ends the node's work after this many seconds")
 
 
 class ProbeRequest(BaseModel):
@@ -88,7 +89,7 @@ def outcome_response(request: Request, outcome: NodeOutcome) -> JSONResponse:
     return JSONResponse(body, status_code=200 if outcome.ok else 502)
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, openapi_extra={ERRORS_KEY: [404]})  # 404: no key file at ssh_key_path
 def register(
     request: Request, spec: Annotated[NodeSpec, Body()], who: Annotated[Principal, Depends(require(Role.ADMIN))]
 ) -> dict[str, Any]:

@@ -10,14 +10,13 @@ nothing else keeps it open. The webhook (argus/api/alerts.py) queues alerts; the
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from argus.incidents.desk import IncidentDesk, Outcome
 from collectors.metric_rules import subject_of
-from core.types import Category, Evidence, Finding, Severity, fingerprint_of, utcnow
+from core.types import Category, Evidence, Finding, IsoDateTime, Severity, fingerprint_of, utcnow
 
 Text = Annotated[str, Field(max_length=4096)]
 
@@ -28,8 +27,8 @@ class Alert(BaseModel):
     status: Literal["firing", "resolved"]
     labels: dict[Annotated[str, Field(max_length=256)], Text] = Field(max_length=64)
     annotations: dict[Annotated[str, Field(max_length=256)], Text] = Field(default_factory=dict, max_length=64)
-    startsAt: datetime  # noqa: N815 - Alertmanager's field names
-    endsAt: datetime | None = None  # noqa: N815
+    startsAt: IsoDateTime  # noqa: N815 - Alertmanager's field names
+    endsAt: IsoDateTime | None = None  # noqa: N815
     generatorURL: Text = ""  # noqa: N815
     fingerprint: Annotated[str, Field(max_length=64)] = ""
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from argus.agents.inbox import AgentInbox
 from argus.api.app import create_app
 from argus.control_plane import ControlPlane
 from argus.store.store import Store
@@ -86,7 +87,7 @@ class Env:
         registry = self.store.nodes()
         manager = NodeManager(registry, gcs_address="127.0.0.1:1", dashboard_url=dead, join_timeout_s=2)
         self.control = ControlPlane(jobs=jobs, registry=registry, manager=manager, ssh_key_dirs=(self.keys,))
-        self.app = create_app(store=self.store, control=self.control)
+        self.app = create_app(store=self.store, control=self.control, node_agents=AgentInbox())
         self.tokens = {role: self.store.create_token(f"t-{role.value}", role, created_by="tests")[1] for role in ROLES}
 
     def client(self, role: Role | None) -> TestClient:
@@ -223,10 +224,10 @@ def test_code_outside_the_code_roots_is_refused(env: Env, tmp_path: Path) -> Non
     client = env.client(Role.OPERATOR)
     for path in (outside, sneaky):
         response = client.post("/v1/jobs", json=env.job_body(code_path=str(path)))
-        assert response.status_code == 400, response.text
+        assert response.status_code == 403, response.text  # the admin's code roots do not allow it
         assert "outside the allowed code roots" in response.json()["message"]
     missing = client.post("/v1/jobs", json=env.job_body(code_path=str(env.code / "absent")))
-    assert missing.status_code == 400 and "not a directory" in missing.json()["message"]
+    assert missing.status_code == 404 and "not a directory" in missing.json()["message"]
     assert not (env.shared / "jobs").exists()
 
 
@@ -309,9 +310,9 @@ def test_register_list_get_and_a_key_outside_the_key_folders(env: Env, tmp_path:
     elsewhere = tmp_path / "elsewhere_key"
     elsewhere.write_text("x")
     refused = admin.post("/v1/nodes", json=env.node_body(name="gpu-08", ssh_key_path=str(elsewhere)))
-    assert refused.status_code == 400 and "outside the SSH key folders" in refused.json()["message"]
+    assert refused.status_code == 403 and "outside the SSH key folders" in refused.json()["message"]
     escape = admin.post("/v1/nodes", json=env.node_body(name="gpu-09", ssh_key_path=str(env.keys / "absent")))
-    assert escape.status_code == 400 and "not a file" in escape.json()["message"]
+    assert escape.status_code == 404 and "not a file" in escape.json()["message"]
 
     viewer = env.client(Role.VIEWER)
     assert [n["name"] for n in viewer.get("/v1/nodes").json()["items"]] == ["gpu-07"]

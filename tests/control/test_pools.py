@@ -75,7 +75,7 @@ def test_the_pool_label_reaches_ray_start_and_the_submit_call_as_the_installed_r
     inspect.signature(JobSubmissionClient.submit_job).bind(None, **call)
 
 
-@pytest.mark.parametrize("labels", [{"pool": "h100"}, {POOL_LABEL: "h100"}, {"pool": "h100", POOL_LABEL: "h100"}])
+@pytest.mark.parametrize("labels", [{"pool": "h100"}, {POOL_LABEL: "h100"}])
 def test_a_pool_given_as_a_label_is_the_pool(labels: dict[str, str], tmp_path: Path) -> None:
     # `labels: {pool: h100}` is how the docs spelt a pool before nodes and jobs shared one key: old specs (and
     # the snapshots a resubmission loads) still land in the pool
@@ -92,6 +92,9 @@ def test_a_pool_given_as_a_label_is_the_pool(labels: dict[str, str], tmp_path: P
         ({"pool": "a", "labels": {"pool": "b"}}, r"names two pools \(pool='a', labels.pool='b'\)"),
         ({"pool": "a", "labels": {POOL_LABEL: "b"}}, "names two pools"),
         ({"labels": {"pool": "a", POOL_LABEL: "b"}}, "names two pools"),
+        # the same pool in two places is one place too many (the schema says one of the three)
+        ({"pool": "a", "labels": {POOL_LABEL: "a"}}, r"names the pool twice \(pool='a', labels.argus.io/pool='a'\)"),
+        ({"labels": {"pool": "a", POOL_LABEL: "a"}}, "names the pool twice"),
         # no node can be joined into these: node pools are lowercase names
         ({"pool": "H100"}, "field 'pool'.*lowercase"),
         ({"pool": "gpu_big"}, "field 'pool'.*lowercase"),

@@ -1,0 +1,88 @@
+"""The API keeps its OpenAPI contract: schemathesis, with all its checks, against a real `argus serve` configured as on
+a cluster (the session's Ray cluster and Prometheus, remediation in dry-run, an admin token). It sends schema-valid
+requests (each must be accepted, or refused with a documented status), schema-violating ones (each must be refused),
+wrong methods (the Allow header must list the path's methods), requests without a token or with a bad one, and
+chains of calls linked by the ids they answer; every answer must be documented and match its schema. A fixed seed
+keeps the run reproducible; other seeds are explored by hand (see SEED).
+
+The node agents' routes are served only by an Argus that takes node agents, whose fleet would start agents on the
+session's cluster: they are checked the same way in-process (test_api_contract.py). The jobs the generated
+requests submit are real Ray jobs of random entrypoints (they fail at once, or wait for resources that do not
+exist): they are stopped at the end, so the session's cluster is left as it was found."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from stage.localstack.argus_cli import ARGUS, argus_env, create_token, wait_healthy
+from stage.localstack.ports import free_port
+from stage.localstack.ray_cluster import RayCluster
+from tests.conftest import PrometheusStack
+
+SCHEMATHESIS = [str(Path(sys.executable).with_name("schemathesis"))]
+# Another seed or more examples explore further (ARGUS_CONTRACT_SEED=7 ARGUS_CONTRACT_EXAMPLES=100 pytest this file).
+SEED = int(os.environ.get("ARGUS_CONTRACT_SEED", "20261129"))
+# Examples per operation and phase: every route reaches its documented statuses in well under a minute on two cores;
+# the coverage phase adds its own boundary cases (each constraint's edges) whatever this says.
+MAX_EXAMPLES = int(os.environ.get("ARGUS_CONTRACT_EXAMPLES", "10"))
+
+
+@pytest.mark.ray
+@pytest.mark.prometheus
+def test_schemathesis_with_all_checks_finds_no_failure_against_a_configured_argus_serve(
+        ray_cluster: RayCluster, prometheus_stack: PrometheusStack, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    env = argus_env({
+        "ARGUS_DATA_DIR": str(tmp_path / "data"), "ARGUS_SHARED_ROOT": str(shared),
+        "ARGUS_RAY_DASHBOARD_URL": ray_cluster.dashboard_url, "ARGUS_RAY_GCS_ADDRESS": ray_cluster.gcs_address,
+        "ARGUS_PROMETHEUS_URL": prometheus_stack.prometheus.url, "ARGUS_REMEDIATION_MODE": "dry-run",
+        "ARGUS_POLL_INTERVAL_S": "5", "ARGUS_REQUEST_TIMEOUT_S": "5"})
+    token = create_token(env, "contract", "admin")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "argus-serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*ARGUS, "serve", "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        assert wait_healthy(url, timeout_s=90), f"argus serve did not answer: {log.read_text()[-2000:]}"
+        run = subprocess.run(
+            [*SCHEMATHESIS, "run", f"{url}/openapi.json", "--checks", "all", "--header",
+             f"Authorization: Bearer {token}", "--seed", str(SEED), "--max-examples", str(MAX_EXAMPLES),
+             "--workers", "1", "--request-timeout", "30", "--no-color", "--suppress-health-check", "all"],
+            capture_output=True, text=True, timeout=900)
+        assert run.returncode == 0, f"schemathesis found failures:\n{run.stdout[-12_000:]}\n{run.stderr[-2000:]}"
+    finally:
+        _stop_submitted_jobs(url, token, ray_cluster)
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _stop_submitted_jobs(url: str, token: str, ray_cluster: RayCluster) -> None:
+    """Every job this Argus submitted, stopped on Ray (what the generated requests started must not stay)."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    try:
+        listed = httpx.get(f"{url}/v1/jobs", params={"all": "true"}, timeout=30,
+                           headers={"Authorization": f"Bearer {token}"}).json()
+    except (httpx.HTTPError, ValueError):
+        return
+    client = JobSubmissionClient(ray_cluster.dashboard_url)
+    for job in listed.get("items", []) if isinstance(listed, dict) else []:
+        submission = job.get("submission_id")
+        if not submission:
+            continue
+        try:
+            if client.get_job_status(submission) in (JobStatus.PENDING, JobStatus.RUNNING):
+                client.stop_job(submission)
+        except Exception:  # noqa: BLE001 - a job Ray never took has nothing to stop
+            continue
