@@ -91,7 +91,7 @@ class ArgusService:
         reports.start()
         self.control = control = build_control(settings, store)
         self.remediator = remediator = build_remediator(settings, store, control, metrics=metrics, reports=reports,
-                                                        readers=readers)
+                                                        readers=readers, events=events)
         if not settings.leader_election:  # else the elected leader does it (a follower must not touch steps)
             remediator.recover()  # steps a crash left running: finished, re-run when safe, or reported
         self.incidents = incidents = build_incidents(

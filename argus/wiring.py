@@ -18,6 +18,7 @@ from argus.exporter import ArgusMetrics
 from argus.incidents.bus import EventBus, EventSink, Subscriber
 from argus.incidents.correlate import Correlator
 from argus.incidents.desk import IncidentDesk
+from argus.incidents.events import IncidentEvent
 from argus.incidents.subscribers import (
     ImSubscriber,
     MetricsSubscriber,
@@ -246,10 +247,11 @@ def build_reports(settings: Settings, store: Any, *, events: EventSink | None = 
 
 def build_remediator(settings: Settings, store: Any, control: ControlPlane, *,
                      metrics: ArgusMetrics | None = None, reports: ReportService | None = None,
-                     readers: Readers | None = None) -> Remediator:
+                     readers: Readers | None = None, events: EventSink | None = None) -> Remediator:
     """The remediation runner over the control plane, with the policy from settings (checked at start). Each step
-    reaching a final state is counted in argus_actions_total (with `metrics`) and refreshes its incident's report's
-    "What Argus did" (with `reports`: cheap, no LLM call)."""
+    reaching a final state is counted in argus_actions_total (with `metrics`), refreshes its incident's report's
+    "What Argus did" (with `reports`: cheap, no LLM call) and is announced as STEP_FINISHED (with `events`: IM and the
+    webhooks tell it)."""
     policy = load_policy(settings.remediation_policy, mode=settings.remediation_mode)
     ctx = ActionContext(jobs=control.jobs, registry=control.registry, nodes=control.manager,
                         dashboard_url=settings.ray_dashboard_url, gcs_address=settings.ray_gcs_address,
@@ -263,6 +265,8 @@ def build_remediator(settings: Settings, store: Any, control: ControlPlane, *,
             metrics.action_finished(action.kind, action.state.value)
         if reports is not None and action.incident_id is not None:
             reports.refresh(action.incident_id)
+        if events is not None and action.incident_id is not None:
+            events.publish(IncidentEvent.step_finished(store.get_incident(action.incident_id), action))
 
     return Remediator(store, policy, ctx, on_step_final=step_final, readers=readers)
 

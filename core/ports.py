@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from core.types import Finding, Incident, Recovery, Signal
+from core.types import Action, Finding, Incident, Recovery, Signal
 
 
 @runtime_checkable
@@ -70,8 +70,9 @@ class DetectorMemory(Protocol):
 
 @runtime_checkable
 class Notifier(Protocol):
-    """Tells people or agents about an incident event. Returns whether delivery succeeded; never raises."""
+    """Tells people or agents about an incident event. Returns whether delivery succeeded; never raises. `actions`:
+    the remediation steps the event is about (a step that ended)."""
 
     name: str
 
-    def notify(self, incident: Incident, event: str) -> bool: ...
+    def notify(self, incident: Incident, event: str, *, actions: Sequence[Action] = ()) -> bool: ...

@@ -1,8 +1,9 @@
 """What happens to an incident, as one value that every subscriber receives.
 
 The kinds are the moments people and tools care about: an incident was opened, its state changed (updated), it
-was resolved, its report is ready, remediation planned its steps, or some of them wait for a person. Each event
-carries the incident as it was at that moment, so a subscriber that runs later still tells the truth about that moment.
+was resolved, its report is ready, remediation planned its steps, some of them wait for a person, or one ended.
+Each event carries the incident as it was at that moment, so a subscriber that runs later still tells the truth
+about that moment.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class EventKind(str, Enum):
     REPORT_READY = "report_ready"
     APPROVAL_NEEDED = "approval_needed"
     PLANNED = "planned"  # remediation planned the incident's steps (after APPROVAL_NEEDED when some wait)
+    STEP_FINISHED = "step_finished"  # one of those steps ended: succeeded, failed, rejected, skipped or cancelled
 
 
 # The kinds that are a change of the incident itself: what webhooks and IM groups hear about it.
@@ -34,7 +36,8 @@ class IncidentEvent:
     incident: Incident
     finding: Finding | None = None  # OPENED: the finding that opened it; a reopening UPDATED: the one that reopened it
     report: Report | None = None  # REPORT_READY
-    actions: tuple[Action, ...] = ()  # APPROVAL_NEEDED: the steps waiting for a decision; PLANNED: all planned
+    # APPROVAL_NEEDED: the steps waiting for a decision; PLANNED: all planned; STEP_FINISHED: the one that ended
+    actions: tuple[Action, ...] = ()
     detail: dict[str, Any] = field(default_factory=dict)  # who changed it and why, for the record
 
     @classmethod
@@ -69,6 +72,10 @@ class IncidentEvent:
     @classmethod
     def planned(cls, incident: Incident, actions: Sequence[Action]) -> IncidentEvent:
         return cls(EventKind.PLANNED, incident, actions=tuple(actions))
+
+    @classmethod
+    def step_finished(cls, incident: Incident, action: Action) -> IncidentEvent:
+        return cls(EventKind.STEP_FINISHED, incident, actions=(action,))
 
     def describe(self) -> str:
         return f"{self.kind.value} {self.incident.id}"

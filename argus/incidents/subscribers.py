@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 class NotifierSubscriber:
     """A Notifier (the generic JSON webhook, the ops agent's endpoint) told of each opened, updated and resolved
-    incident."""
+    incident, and of each remediation step that ended (what the agent waits for after it approved one)."""
 
     def __init__(self, notifier: Notifier, *, name: str | None = None) -> None:
         self.notifier = notifier
@@ -36,6 +36,8 @@ class NotifierSubscriber:
     def receive(self, event: IncidentEvent) -> None:
         if event.kind in LIFECYCLE:
             self.notifier.notify(event.incident, event.kind.value)
+        elif event.kind is EventKind.STEP_FINISHED and event.actions:
+            self.notifier.notify(event.incident, event.kind.value, actions=event.actions)
 
 
 class ImSubscriber:
@@ -60,6 +62,8 @@ class ImSubscriber:
             self.dispatcher.notify(event.incident, event.kind.value)
         elif event.kind is EventKind.PLANNED:
             self.dispatcher.notify_planned(event.incident, event.actions)
+        elif event.kind is EventKind.STEP_FINISHED and event.actions:
+            self.dispatcher.notify_step_finished(event.incident, event.actions[0])
         elif event.kind is EventKind.REPORT_READY and event.report is not None:
             self.dispatcher.notify_report(event.incident, event.report)
         elif event.kind is EventKind.APPROVAL_NEEDED and self.links is not None:

@@ -238,6 +238,11 @@ class Dispatcher:
             return True
         return self._guarded(incident, "planned", work)
 
+    def notify_step_finished(self, incident: Incident, action: Action) -> bool:
+        """One of the incident's steps ended: what it did, or why not. After the opening, as any later news."""
+        return self._guarded(incident, "step_finished", lambda: self._offer_all(
+            incident, "step_finished", report=None, approvals=(), actions=(action,)))
+
     def notify_report(self, incident: Incident, report: Report) -> bool:
         return self._guarded(incident, "report_ready",
                              lambda: self._offer_all(incident, "report_ready", report=report, approvals=()))
@@ -494,6 +499,6 @@ def _detail(incident: Incident, event: str, report: Report | None, approvals: tu
         return report.id if report is not None else ""
     if event == "approval_needed":
         return ",".join(sorted(a.action_id for a in approvals))
-    if event == "planned":
+    if event in ("planned", "step_finished"):
         return ",".join(sorted(a.id for a in actions))
     return ""

@@ -7,9 +7,11 @@ the notifiers send validates against it). A change that removes or retypes a fie
 file); adding an optional field is not.
 
 Events: incident.opened, .updated, .resolved, .report_ready, .approval_needed (with approve/reject links), .planned
-(remediation's steps, then their outcomes), and incident.digest (several incidents in one delivery when a channel's
-rate limit is reached). Signed deliveries (a channel with a secret) carry `X-Argus-Timestamp` and
-`X-Argus-Signature: sha256=<HMAC-SHA256 of the raw body>`; the body's `sent_at` repeats the timestamp.
+(remediation's steps, with the outcomes of those already ended), .step_finished (one step ended: `steps` holds it,
+with its final status and what it did or why not; added within v1), and incident.digest (several incidents in one
+delivery when a channel's rate limit is reached). Signed deliveries (a channel with a secret) carry
+`X-Argus-Timestamp` and `X-Argus-Signature: sha256=<HMAC-SHA256 of the raw body>`; the body's `sent_at` repeats the
+timestamp.
 
     python -m argus.notify.event_schema > argus/notify/schemas/argus-event-v1.json   # after changing the models
 """
@@ -28,7 +30,7 @@ EVENT_SCHEMA = "argus.event.v1"
 SCHEMA_FILE = Path(__file__).parent / "schemas" / "argus-event-v1.json"
 
 EventName = Literal["incident.opened", "incident.updated", "incident.resolved", "incident.report_ready",
-                    "incident.approval_needed", "incident.planned"]
+                    "incident.approval_needed", "incident.planned", "incident.step_finished"]
 
 
 class _Part(BaseModel):

@@ -29,7 +29,7 @@ from core.names import Named, clean, job_label, job_of, label_of, node_of
 from core.steps import said
 from core.types import Action, Incident, IncidentState, Report, Severity
 
-EVENTS = ("opened", "updated", "resolved", "report_ready", "approval_needed", "planned")
+EVENTS = ("opened", "updated", "resolved", "report_ready", "approval_needed", "planned", "step_finished")
 
 EVENT_LABELS = {
     "opened": "Incident opened",
@@ -38,6 +38,7 @@ EVENT_LABELS = {
     "report_ready": "Root-cause report ready",
     "approval_needed": "Approval needed",
     "planned": "Remediation planned",
+    "step_finished": "Remediation step finished",
 }
 REOPENED_LABEL = "Incident reopened"
 

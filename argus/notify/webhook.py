@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 from loguru import logger
 
 from argus.notify.event_schema import EVENT_SCHEMA
+from argus.notify.message import step_lines
 from core.names import clean, entrypoint_of, job_of, label_of, node_of
 from core.signal_keys import OWNER
-from core.types import Incident
+from core.types import Action, Incident
 
 
-def incident_payload(incident: Incident, event: str, *, link: str | None = None) -> dict[str, Any]:
+def incident_payload(incident: Incident, event: str, *, link: str | None = None,
+                     actions: Sequence[Action] = ()) -> dict[str, Any]:
     """The body of webhook event `incident.<event>` (argus/notify/event_schema.py: version 1, its JSON Schema). `link`:
     the incident in the API; its report is at `<link>/report`. `about`: what the incident is about as
     people name it (core.names): the job by its submission id, JobSpec name and owner, the node by name and IP;
-    the entrypoint apart, as a detail."""
-    return {
+    the entrypoint apart, as a detail. `actions`: the remediation steps the event is about, as `steps` (one line
+    each: what it did once final, else its preview)."""
+    body: dict[str, Any] = {
         "schema": EVENT_SCHEMA,
         "event": f"incident.{event}",
         "about": {
@@ -33,6 +37,11 @@ def incident_payload(incident: Incident, event: str, *, link: str | None = None)
         "link": link,
         "report": f"{link}/report" if link else None,
     }
+    if actions:
+        lines = step_lines(actions)
+        body["steps"] = [{"action_id": s.action_id, "kind": s.kind, "status": s.status, "text": s.text} for s in lines]
+        body["steps_more"] = max(0, len(actions) - len(lines))
+    return body
 
 
 class WebhookNotifier:
@@ -58,9 +67,9 @@ class WebhookNotifier:
         self._client = client or httpx.Client(timeout=timeout_s)
         self._sleep = sleep
 
-    def notify(self, incident: Incident, event: str) -> bool:
+    def notify(self, incident: Incident, event: str, *, actions: Sequence[Action] = ()) -> bool:
         link = f"{self.public_url}/v1/incidents/{incident.id}" if self.public_url else None
-        body = incident_payload(incident, event, link=link)
+        body = incident_payload(incident, event, link=link, actions=actions)
         last = ""
         for attempt in range(1, self.attempts + 1):
             try:

@@ -27,6 +27,7 @@ from argus.exporter import (
     metrics_router,
 )
 from argus.incidents.desk import IncidentDesk
+from argus.incidents.events import EventKind, IncidentEvent
 from argus.pipeline import Pipeline
 from argus.store.store import Store
 from argus.wiring import build_control, build_dispatcher, build_incidents, build_pipeline, build_remediator
@@ -312,9 +313,14 @@ def test_notification_outcomes_are_counted_per_configured_channel(tmp_path):
 def test_remediation_steps_are_counted_when_they_reach_a_final_state(tmp_path):
     """The runner wiring builds, in approval mode over a Ray address nobody listens on: one step rejected, the
     others approved and run to whatever end they reach; the counts match the store's record exactly, and each
-    step's end asks for the incident's report to be refreshed."""
+    step's end asks for the incident's report to be refreshed and is announced (STEP_FINISHED, for IM and webhooks)."""
     metrics = ArgusMetrics()
     refreshed: list[str] = []
+    announced: list[IncidentEvent] = []
+
+    class Events:
+        def publish(self, event: IncidentEvent) -> None:
+            announced.append(event)
 
     class Reports:
         def refresh(self, incident_id: str) -> None:
@@ -327,7 +333,7 @@ def test_remediation_steps_are_counted_when_they_reach_a_final_state(tmp_path):
     store = Store(settings.effective_database_url)
     try:
         remediator = build_remediator(settings, store, build_control(settings, store), metrics=metrics,
-                                      reports=Reports())  # type: ignore[arg-type]
+                                      reports=Reports(), events=Events())  # type: ignore[arg-type]
         declared = samples_of(_families(metrics), "argus_actions", "argus_actions_total")
         assert set(declared) == {(k, o) for k in STEPS for o in ACTION_OUTCOMES} and set(declared.values()) == {0}
         incident, _ = store.record_finding(Finding(
@@ -349,6 +355,10 @@ def test_remediation_steps_are_counted_when_they_reach_a_final_state(tmp_path):
     counted = {k: v for k, v in samples_of(_families(metrics), "argus_actions", "argus_actions_total").items() if v}
     assert counted == {(kind, state.value): 1 for kind, state in final.items()}
     assert refreshed == [incident.id] * 3
+    assert {(e.kind, e.incident.id) for e in announced} == {(EventKind.STEP_FINISHED, incident.id)}
+    assert [(e.actions[0].kind, e.actions[0].state) for e in announced] == [
+        ("drain_node", ActionState.REJECTED), ("keep_scene", ActionState.SUCCEEDED),
+        ("resubmit_job", ActionState.SKIPPED)]  # in the order they ended, each once
     assert set(ACTION_OUTCOMES) == {s.value for s in FINAL_STATES}
 
 

@@ -143,7 +143,7 @@ SLACK = {"text": Leaf(min_len=1, max_len=40_000), "blocks": ListOf(SLACK_BLOCK, 
 
 WEBHOOK_ONE = {
     "schema": Leaf(choices=S("argus.event.v1")),  # the version of the events' contract (argus/notify/event_schema.py)
-    "event": Leaf(pattern=r"^incident\.(opened|updated|resolved|report_ready|approval_needed|planned)$"),
+    "event": Leaf(pattern=r"^incident\.(opened|updated|resolved|report_ready|approval_needed|planned|step_finished)$"),
     "incident": {"id": Leaf(min_len=1), "*": None},
     # what the incident is about as people name it (core.names); absent only when the incident is not known
     "?about": {"label": Leaf(min_len=1), "job": Leaf((str, type(None))), "node": Leaf((str, type(None))),

@@ -78,6 +78,8 @@ def test_every_event_is_accepted_in_the_documented_format(kind, platforms, store
                            else None, public_url=PUBLIC_URL)
              for event in ("opened", "updated", "report_ready", "approval_needed", "resolved")]
     items.append(build_message(incident, "planned", actions=_plan(), public_url=PUBLIC_URL))
+    items.append(build_message(incident, "step_finished", public_url=PUBLIC_URL, actions=[
+        step("drain_node", state=ActionState.SUCCEEDED, message="node gpu-3 drained", dry_run=False)]))
     items.append(digest_of(items * 3, PUBLIC_URL))
     for item in items:
         outcome = _send(platform, item, clock, sleeps, client)
@@ -92,7 +94,7 @@ def test_every_event_is_accepted_in_the_documented_format(kind, platforms, store
         for body in platform.bodies():
             assert_valid_event(body)
     if kind != "webhook":
-        assert re.search(r"(?<!\d)8\W{0,3} more incidents", sent)  # 18 items, 10 listed
+        assert re.search(r"(?<!\d)11\W{0,3} more incidents", sent)  # 21 items, 10 listed
         assert "CUDA out of memory" in json.dumps(platform.bodies()[-1], ensure_ascii=False)  # listed with its text
 
 

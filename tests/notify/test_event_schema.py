@@ -69,3 +69,30 @@ def test_what_is_not_a_v1_event_is_refused(store, broken: Any) -> None:
     assert_valid_event(copy.deepcopy(body))
     broken(body)
     assert list(VALIDATOR.iter_errors(body))
+
+
+def test_a_step_that_ended_is_sent_to_the_generic_webhook_as_a_v1_event(store) -> None:
+    """The ops agent approved a step and waits for its end: incident.step_finished carries it, final status and all."""
+    from argus.incidents.events import IncidentEvent
+    from argus.incidents.subscribers import NotifierSubscriber
+    from core.types import Action, ActionState
+
+    incident = an_incident(store)
+    bodies: list[dict[str, Any]] = []
+
+    def receive(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(204)
+
+    notifier = WebhookNotifier("http://receiver.invalid/hook", public_url="https://argus.example",
+                               client=httpx.Client(transport=httpx.MockTransport(receive)))
+    drained = Action(id="act-000000000007", incident_id=incident.id, kind="drain_node", target=incident.subject,
+                     state=ActionState.FAILED, idempotency_key=f"{incident.id}:policy:0:drain_node",
+                     requested_by="policy", dry_run=False, result={"message": "ray drain-node refused: node is dead"})
+    NotifierSubscriber(notifier).receive(IncidentEvent.step_finished(incident, drained))
+    (body,) = bodies
+    assert body["event"] == "incident.step_finished"
+    assert body["steps"] == [{"action_id": "act-000000000007", "kind": "drain_node", "status": "failed",
+                              "text": body["steps"][0]["text"]}]
+    assert "ray drain-node refused: node is dead" in body["steps"][0]["text"]
+    assert_valid_event(body)
