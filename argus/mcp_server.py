@@ -182,6 +182,31 @@ def build_mcp(api: ArgusApi) -> MCPServer:
         return "\n".join(text.splitlines()[-lines:])
 
     @mcp.tool(annotations=READ)
+    async def incident_metrics(ctx: Context, incident_id: IncidentId) -> dict[str, Any]:
+        """GPU and host readings of the incident's nodes from 15 minutes before it to 2 minutes after: per node,
+        GPU utilisation, memory, temperature, power, the last Xid and host memory (min, max, last)."""
+        return await api.call(ctx, "GET", f"/v1/incidents/{incident_id}/metrics")
+
+    @mcp.tool(annotations=READ)
+    async def query_metrics(
+            ctx: Context,
+            metric: Annotated[str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]{0,199}$", description=(
+                "one metric, e.g. DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED, ray_node_mem_used"))],
+            match: Annotated[list[str], Field(max_length=10, description=(
+                "exact label matchers, label=value or label!=value, e.g. Hostname=gpu-3"))] = [],  # noqa: B006
+            fn: Literal["none", "rate", "increase", "avg_over_time", "max_over_time", "min_over_time"] = "none",
+            agg: Literal["none", "avg", "max", "min", "sum", "count"] = "none",
+            by: Annotated[list[str], Field(max_length=5, description="labels the aggregation keeps")] = [],  # noqa: B006
+            minutes: Annotated[int, Field(ge=1, le=1440)] = 15,
+            end: Annotated[str | None, Field(description="RFC 3339 end of the range; default now")] = None,
+    ) -> dict[str, Any]:
+        """One metric's series over the last `minutes` (or up to `end`), read-only through Argus: Argus writes the
+        PromQL (returned as `promql`), at most 50 series of 1000 points."""
+        return await api.call(ctx, "GET", "/v1/metrics/query_range", params={
+            "metric": metric, "match": match or None, "fn": fn, "agg": agg, "by": by or None, "minutes": minutes,
+            "end": end})
+
+    @mcp.tool(annotations=READ)
     async def argus_health(ctx: Context) -> dict[str, Any]:
         """What Argus can and cannot see now (Ray, Prometheus, the database) and its alert inbox."""
         return await api.call(ctx, "GET", "/v1/health")

@@ -71,6 +71,7 @@ class ArgusService:
             build_control,
             build_dispatcher,
             build_incidents,
+            build_metric_queries,
             build_node_agents,
             build_pipeline,
             build_remediator,
@@ -133,6 +134,7 @@ class ArgusService:
                                                          "lease_error": seen.last_error}}
         # The web page's sessions are signed with a secret kept in the data dir: they survive a restart.
         app = create_app(store=store, incidents=incidents, health_provider=health, metrics=metrics,
+                         metric_queries=build_metric_queries(settings),
                          control=control, remediator=remediator, approval_links=links,
                          web=WebUi(Sessions(secret_in(settings.data_dir))), node_agents=inbox,
                          leader=self.elector.view if self.elector else None, alert_filer=alert_filer,

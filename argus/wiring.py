@@ -26,6 +26,7 @@ from argus.incidents.subscribers import (
     RemediationSubscriber,
     ReportSubscriber,
 )
+from argus.metric_queries import MetricQueries
 from argus.notify.dispatcher import Dispatcher
 from argus.notify.registry import build_channels
 from argus.notify.webhook import WebhookNotifier
@@ -229,6 +230,14 @@ def build_llm(settings: Settings) -> LlmWriter | None:
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
     return LlmWriter(settings.llm_base_url, settings.llm_model, api_key=key, timeout_s=settings.llm_timeout_s,
                      max_retries=settings.llm_max_retries, method=settings.llm_method)
+
+
+def build_metric_queries(settings: Settings) -> MetricQueries | None:
+    """Series read through Argus (the API's /v1/metrics, MCP's metric tools); None without a Prometheus."""
+    if not settings.prometheus_url:
+        return None
+    client = PrometheusClient(settings.prometheus_url, timeout_s=settings.request_timeout_s)
+    return MetricQueries(client, PrometheusMetricsReader(client))
 
 
 def build_reports(settings: Settings, store: Any, *, events: EventSink | None = None,

@@ -10,6 +10,7 @@ from fastapi import Depends, FastAPI
 from argus import __version__
 from argus.api import actions, agents, alerts, errors, health, jobs, nodes, ops
 from argus.api import incidents as incident_routes
+from argus.api import metric_queries as metric_routes
 from argus.api.auth import install_audit, require
 from argus.api.limits import MAX_BODY_BYTES, BodyLimit, InFlight
 from argus.control_plane import ControlPlane
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from argus.agents.inbox import AgentInbox
     from argus.approval_links import ApprovalLinks
     from argus.leader import LeaderView
+    from argus.metric_queries import MetricQueries
     from argus.store.store import Store
     from remediation.runner import Remediator
 
@@ -45,14 +47,16 @@ def create_app(
     leader: Callable[[], LeaderView] | None = None,
     alert_filer: AlertFiler | None = None,
     readers: Readers | None = None,
+    metric_queries: MetricQueries | None = None,
 ) -> FastAPI:
     """The API. Without `control` the job, node and ops routes answer 503 (NotConfigured), as the remediation
     routes do without `remediator`. `incidents`: the desk that files and resolves incidents and tells its
     subscribers; by default one over `store` that tells nobody. `leader`: this replica's view of the leader lease
     (argus/leader.py), None for a single replica. `alert_filer`: files the alerts Alertmanager's webhook queues (by
 default one over `store` and the desk, started by the first webhook). `readers`: where the requests being answered are
-counted, for the background workers that give way to them (core/readers.py); the default filer's too. Routes read these
-through argus/api/state.py."""
+counted, for the background workers that give way to them (core/readers.py); the default filer's too.
+`metric_queries`: series read through Argus from its Prometheus (503 without). Routes read these through
+argus/api/state.py."""
     app = FastAPI(
         title="Argus",
         version=__version__,
@@ -67,6 +71,7 @@ through argus/api/state.py."""
     app.state.approval_links = approval_links
     app.state.agents = node_agents
     app.state.leader = leader
+    app.state.metric_queries = metric_queries
     errors.install(app)
     install_audit(app)
     # Health and /metrics are open (liveness probes, Prometheus scrapes; see argus/api/auth.py).
@@ -76,6 +81,7 @@ through argus/api/state.py."""
     app.include_router(jobs.router)
     app.include_router(nodes.router)
     app.include_router(ops.router)
+    app.include_router(metric_routes.router)
     app.include_router(actions.router)
     app.include_router(alerts.router)
     if node_agents is not None:  # an Argus without node agents does not serve their routes (nor document them)

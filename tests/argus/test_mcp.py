@@ -173,6 +173,35 @@ def test_hostile_tool_arguments_are_refused_before_argus_is_called(arguments: di
         assert result.is_error and calls == []
 
 
+def test_the_metric_tools_ask_argus_for_described_queries_only() -> None:
+    """query_metrics passes the description (Argus writes the PromQL: argus/metric_queries.py); a PromQL expression
+    in place of a metric name is refused before Argus is called."""
+    calls: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(200, json={"promql": "max by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "series": []})
+
+    server = build_mcp(ArgusApi("http://argus.invalid", token="t", transport=httpx.MockTransport(record)))
+
+    async def call(tool: str, arguments: dict[str, Any]) -> Any:
+        async with Client(server) as client:
+            return await client.call_tool(tool, arguments)
+
+    answered = asyncio.run(call("query_metrics", {"metric": "DCGM_FI_DEV_GPU_UTIL", "match": ["Hostname=gpu-3"],
+                                                  "agg": "max", "by": ["Hostname"], "minutes": 30}))
+    assert data_of(answered)["promql"].startswith("max by (Hostname)")
+    (asked,) = calls
+    assert asked.url.path == "/v1/metrics/query_range"
+    assert sorted(asked.url.params.multi_items()) == [
+        ("agg", "max"), ("by", "Hostname"), ("fn", "none"), ("match", "Hostname=gpu-3"),
+        ("metric", "DCGM_FI_DEV_GPU_UTIL"), ("minutes", "30")]
+    assert asyncio.run(call("incident_metrics", {"incident_id": "inc-1"})) and calls[-1].url.path == \
+        "/v1/incidents/inc-1/metrics"
+    refused = asyncio.run(call("query_metrics", {"metric": 'sum(rate(up[5m])) or vector(1)'}))
+    assert refused.is_error and len(calls) == 2
+
+
 def test_argus_unreachable_or_refusing_is_said_with_what_to_do() -> None:
     refusing = httpx.MockTransport(lambda request: httpx.Response(
         404, json={"error": "NotFound", "message": "incident inc-0 not found", "hint": "list them"}))
