@@ -60,8 +60,9 @@ class PrometheusClient:
         # newest sample and lose it. A second more costs at most one extra step.
         end = end + timedelta(seconds=1)
         try:
+            # the step in plain seconds: Prometheus takes "2.5" but refuses "2.5s" (a duration has no fraction)
             return list(self._prom.custom_query_range(
-                promql, start_time=start, end_time=end, step=f"{step_s:g}s", timeout=self.timeout_s))
+                promql, start_time=start, end_time=end, step=f"{step_s:g}", timeout=self.timeout_s))
         except PrometheusApiClientException as exc:
             raise InputError(f"Prometheus at {self.url} rejected the range query {params}: {exc}",
                              hint="check the PromQL") from exc

@@ -122,9 +122,10 @@ def test_real_series_and_the_readings_around_an_incident(prometheus_stack, ray_c
     from stage.sim.dcgm_exporter import DcgmExporterSim
     from tests.helpers import wait_until
 
-    worker = ray_cluster.workers[0]
+    # the last worker and a job of its own: tests/rca/test_metrics_real.py reads the first worker's DCGM series
+    worker = ray_cluster.workers[-1]
     exporter = DcgmExporterSim("gpu-node-9", gpus=2, host=worker.ip).start()
-    prometheus_stack.prometheus.set_targets("dcgm", [f"{exporter.host}:{exporter.port}"])
+    prometheus_stack.prometheus.set_targets("dcgm-api", [f"{exporter.host}:{exporter.port}"])
     store = Store(f"sqlite:///{tmp_path / 'argus.db'}")
     try:
         exporter.set_gpu(0, util=91)
@@ -153,6 +154,17 @@ def test_real_series_and_the_readings_around_an_incident(prometheus_stack, ray_c
         assert {s["labels"]["node_ip"] for s in around["summaries"]} == {worker.ip}
         assert api.get("/v1/incidents/inc-000000000000/metrics").status_code == 404
     finally:
-        prometheus_stack.prometheus.set_targets("dcgm", [])
+        prometheus_stack.prometheus.set_targets("dcgm-api", [])
         exporter.stop()
         store.close()
+
+
+@pytest.mark.prometheus
+def test_a_step_with_a_fraction_of_a_second_is_answered(prometheus_stack) -> None:
+    """Prometheus takes a step in seconds ("2.5") and refuses the same as a duration ("2.5s")."""
+    from collectors.prometheus import PrometheusClient
+    from core.types import utcnow
+
+    client = PrometheusClient(prometheus_stack.prometheus.url, timeout_s=5)
+    end = utcnow()
+    assert isinstance(client.query_range("up", end - timedelta(minutes=1), end, 2.5), list)
