@@ -61,6 +61,31 @@ SUPPORT: dict[Category, re.Pattern[str]] = {
 }
 
 LLM_ONLY_CONFIDENCE_CAP = 0.5
+# What only an observation shows: GPUs idle while held (their metrics over a window) and a job that waits for a place
+# (its driver PENDING in Ray's state). A log line may mention either ("cannot be scheduled right now", an idle node
+# ended by the autoscaler) while the run goes on, so the LLM's reading of logs never sets them.
+OBSERVED_ONLY = frozenset({Category.IDLE_GPU, Category.UNSCHEDULABLE})
+
+# A line's own log level, where it states one (Python's and NCCL's words, glog's letter in Ray's C++ logs). A line
+# logged at INFO or DEBUG reports the run going on, and a WARNING shows a failure only in failure words: Ray warns that
+# a task "cannot be scheduled right now" and the autoscaler logs at INFO that it ends an idle node, and both runs go on.
+# Such a line does not make the LLM's category stand where no rule saw a failure (measured: the small LLM turned those
+# two healthy logs into unschedulable and idle_gpu; NCCL reports its real errors at WARN, with failure words).
+_LEVEL = re.compile(r"\b(?P<word>INFO|DEBUG|TRACE|NOTICE|WARN(?:ING)?|ERROR|FATAL|CRITICAL)\b|"
+                    r"^\[[^\]]{0,40}\s(?P<letter>[IWEF])\s\d+\s\d+\]")
+_ROUTINE_LEVELS = frozenset({"INFO", "DEBUG", "TRACE", "NOTICE", "I"})
+_WARNING_LEVELS = frozenset({"WARN", "WARNING", "W"})
+
+
+def _routine(text: str) -> bool:
+    """The line is logged at a level that says the run goes on, and says nothing of a failure."""
+    found = _LEVEL.search(text[:200])
+    if found is None:
+        return False
+    level = found.group("word") or found.group("letter")
+    if level in _ROUTINE_LEVELS:
+        return True
+    return level in _WARNING_LEVELS and not re.search(_FAILED, text[:4096], re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -100,13 +125,18 @@ def decide(verdict: Classification, llm_category: Category | str, llm_confidence
                         f"the LLM proposed {proposed.value}; rejected: the failure signature {verdict.reason}{shown} "
                         f"shows {verdict.category.value}, and the LLM's reading does not overrule a matched "
                         f"{'signature' if strength >= TIER_SIGNATURE else 'generic rule'}")
-    supporting = [t for t in cited if _shows(proposed, t, rules)]
+    if proposed in OBSERVED_ONLY:
+        return Decision(verdict.category, verdict.confidence, proposed, False,
+                        f"the LLM proposed {proposed.value}; rejected: Argus decides {proposed.value} from what it "
+                        "observes (GPU metrics, Ray's scheduling state), not from log lines")
+    supporting = [t for t in cited if _shows(proposed, t, rules) and not _routine(t)]
     if proposed is Category.UNKNOWN:
         return Decision(verdict.category, verdict.confidence, proposed, False,
                         f"the LLM found no clear cause; the rule engine's {verdict.category.value} (from warnings "
                         "only) stands, with its low confidence")
     if not supporting:
-        why = "cites no evidence line" if not cited else f"cites no line that shows {proposed.value}"
+        why = "cites no evidence line" if not cited else f"cites no line that shows {proposed.value} (lines logged " \
+              "at INFO, or warnings without a failure word, show the run going on)"
         return Decision(verdict.category, verdict.confidence, proposed, False,
                         f"the LLM proposed {proposed.value}; rejected: it {why}")
     confidence = round(min(LLM_ONLY_CONFIDENCE_CAP, max(0.0, llm_confidence)), 2)

@@ -158,8 +158,9 @@ def test_an_overruled_llm_leaves_the_rule_engines_report_and_says_why() -> None:
     assert "LLM review: the LLM proposed nccl_hang; rejected" in report.markdown
     assert "NCCL_DEBUG" not in report.markdown
     assert report.data["llm"] == {"model": "fixed", "ok": True, "seconds": 1.5, "error": None,
-                                  "category": "nccl_hang", "accepted": False, "note": report.data["llm"]["note"],
-                                  "left_out": [], "refused_steps": []}
+                                  "category": "nccl_hang", "confidence": 0.9, "cited": report.data["llm"]["cited"],
+                                  "accepted": False, "note": report.data["llm"]["note"], "left_out": [],
+                                  "refused_steps": []}
 
 
 def test_an_agreeing_llm_writes_the_prose_and_its_citations_are_marked() -> None:

@@ -118,3 +118,30 @@ def test_a_cited_line_must_show_the_failure_not_only_name_the_subsystem() -> Non
     assert decide(nothing, "nccl_error", 0.9, [*healthy, failing], RULES).accepted
     assert decide(nothing, "node_lost", 0.9, ["worker node 10.0.0.9 went down at step 12; node is dead"],
                   RULES).accepted
+
+
+def test_what_only_an_observation_shows_and_routine_lines_do_not_make_the_llm_stand() -> None:
+    """Measured on the test fold: where no rule saw a failure, the small LLM turned a Ray warning that a task "cannot
+    be scheduled right now" into unschedulable and the autoscaler's INFO line ending an idle node into idle_gpu; both
+    runs went on. Idle GPUs and unschedulable jobs are observed (metrics, Ray's state), never read from a log, and a
+    line logged at INFO, or a warning without a failure word, shows the run going on."""
+    from rca.classify import classify
+    from rca.verdict import decide
+
+    nothing = classify([])
+    waiting = ["2020-12-30 06:30:42,910 WARNING worker.py:1034 -- The actor or task with ID ffff cannot be scheduled "
+               "right now. It requires {CPU: 4.000000} for placement", ". The required resources may be added as "
+               "autoscaling takes place or placement groups are scheduled."]
+    assert not decide(nothing, "unschedulable", 0.9, waiting, RULES).accepted
+    idle = ["example-cluster,default:2022-01-26 08:16:21,856\tINFO autoscaler.py:437 -- StandardAutoscaler: "
+            "Terminating the node with id example-cluster-ray-worker-x: idle for 5 min, GPU utilization 0"]
+    assert not decide(nothing, "idle_gpu", 0.9, idle, RULES).accepted
+    routine = ["[2025-02-11 20:08:00,117 I 4121 4121] main.cc:284: Raylet graceful shutdown triggered, reason = "
+               "EXPECTED_TERMINATION; node 14ce9f is down"]
+    refused = decide(nothing, "node_lost", 0.9, routine, RULES)
+    assert not refused.accepted and "INFO" in refused.note
+    # a line with no level, or an error or a warning in failure words, still shows its category
+    assert decide(nothing, "node_lost", 0.9, ["Message: TFJob myjob has failed because 1 Worker replica(s) failed. "
+                                              "Node gke-pool-1 was preempted"], RULES).accepted
+    assert decide(nothing, "node_lost", 0.9, ["[2025-02-11 20:08:00,117 E 4121 4121] node 10.0.0.9 is dead"],
+                  RULES).accepted
