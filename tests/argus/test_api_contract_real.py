@@ -56,7 +56,7 @@ def test_schemathesis_with_all_checks_finds_no_failure_against_a_configured_argu
             [*SCHEMATHESIS, "run", f"{url}/openapi.json", "--checks", "all", "--header",
              f"Authorization: Bearer {token}", "--seed", str(SEED), "--max-examples", str(MAX_EXAMPLES),
              "--workers", "1", "--request-timeout", "30", "--no-color", "--suppress-health-check", "all"],
-            capture_output=True, text=True, timeout=900)
+            capture_output=True, text=True, timeout=900, cwd=tmp_path)  # its crash cache stays out of the checkout
         assert run.returncode == 0, f"schemathesis found failures:\n{run.stdout[-12_000:]}\n{run.stderr[-2000:]}"
     finally:
         _stop_submitted_jobs(url, token, ray_cluster)
