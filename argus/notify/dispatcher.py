@@ -37,6 +37,9 @@ digests are lost if the process dies before that (the events are then recorded n
 calling thread: a first failure costs the caller the retry sequence (attempts x timeout plus backoff). That caller
 is the IM subscriber's own worker on the incident bus (argus/incidents/bus.py), never the detection tick. A delivery
 that failed is recorded and not tried again unless the same event is notified again.
+
+One module past 400 lines on purpose: the lanes, an opening that waits for its report, the digest of a storm and
+the rate limits are one state machine per channel; split, each part would reach into the others' state.
 """
 
 from __future__ import annotations

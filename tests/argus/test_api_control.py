@@ -2,6 +2,9 @@
 is refused before anything runs (hostile JobSpecs and node values, bodies too large), and the audit log.
 
 The routes' effects on a real Ray cluster and sshd are in test_api_control_real.py.
+
+One file past 400 lines on purpose: one role matrix and one environment (store, control plane, tokens) serve the
+tests of every job, node and ops route, and other test files import them.
 """
 
 from __future__ import annotations
