@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from core.errors import (
     ArgusError,
@@ -94,16 +95,19 @@ def install(app: FastAPI) -> None:
         )
 
 
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
 def allowed_methods(request: Request) -> list[str]:
-    """Every method some route answers on this path. Starlette names only the first route whose path matched, and
-    FastAPI makes one route per method, so its Allow for GET+POST /v1/nodes said "GET" alone (RFC 9110: all of them)."""
-    path = request.scope.get("path", "")
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        regex, route_methods = getattr(route, "path_regex", None), getattr(route, "methods", None)
-        if regex is not None and route_methods and regex.match(path):
-            methods |= set(route_methods)
-    return sorted(methods)
+    """Every method some route answers on this path, asked of the routes themselves (Starlette's `matches`, as its
+    router dispatches). Starlette's own Allow names the methods of the first route whose path matched, and FastAPI
+    makes one route per method, so GET+POST /v1/nodes said "GET" alone (RFC 9110 wants all of them)."""
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return allowed
 
 
 class ErrorBody(BaseModel):

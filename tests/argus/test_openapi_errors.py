@@ -51,3 +51,21 @@ def test_the_errors_the_api_sends_are_the_documented_model(app, tmp_path: Path) 
     assert [a.status_code for a in answers] == [401, 404, 422, 403]
     for answer in answers:
         assert not list(validator.iter_errors(answer.json())), answer.json()
+
+
+def test_a_wrong_method_names_every_method_of_the_path_and_ids_never_swallow_a_verb(app) -> None:
+    token = app.state.store.create_token("t", Role.VIEWER, created_by="tests")[1]
+    client = TestClient(app, raise_server_exceptions=False, headers={"Authorization": f"Bearer {token}"})
+    nodes = client.request("OPTIONS", "/v1/nodes")  # GET and POST are two routes: Starlette named the first only
+    assert nodes.status_code == 405 and nodes.headers["allow"] == "GET, POST"
+    # `/v1/incidents/{id}` must not match `inc-1:resolve`: the path's one method is POST
+    verb = client.get("/v1/incidents/inc-000000000001:resolve")
+    assert verb.status_code == 405 and verb.headers["allow"] == "POST"
+    assert client.get("/v1/incidents/" + "a" * 65).status_code == 422  # the id's pattern, named in problems
+
+
+def test_a_date_is_rfc_3339_text_not_a_number(app) -> None:
+    token = app.state.store.create_token("t", Role.VIEWER, created_by="tests")[1]
+    client = TestClient(app, raise_server_exceptions=False, headers={"Authorization": f"Bearer {token}"})
+    assert client.get("/v1/incidents", params={"since": "0.5"}).status_code == 422  # not 1970-01-01T00:00:00.5
+    assert client.get("/v1/incidents", params={"since": "2026-11-29T08:00:00Z"}).status_code == 200
