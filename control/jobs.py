@@ -46,6 +46,7 @@ import json
 import secrets
 import shlex
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -70,6 +71,8 @@ TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 TIMED = frozenset({"PENDING", "RUNNING"})  # the statuses a timeout applies to: every one not yet ended
 DASHBOARD_HINT = "check that the Ray head is up and ray_dashboard_url points at its dashboard (port 8265)"
 MAX_LOG_BYTES = 8 * 1024 * 1024
+NO_AGENT_YET = "No available agent to submit job"  # Ray's answer while no node's agent can take a submission
+SUBMIT_RETRY_PAUSES_S = (1.0, 2.0, 4.0, 8.0)  # then Ray's answer stands
 
 
 @dataclass(frozen=True)
@@ -115,8 +118,10 @@ class JobController:
         entrypoint_num_cpus: float | None = None,
         request_timeout_s: float = 10.0,
         code_roots: Sequence[Path] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.dashboard_url = dashboard_url.rstrip("/")
+        self.sleep = sleep
         self.shared_root = Path(shared_root)
         self.clock = clock
         self.request_timeout_s = request_timeout_s
@@ -187,6 +192,20 @@ class JobController:
                 ) from None
         return self._client
 
+    def _submit(self, submission_id: str, call: dict[str, Any]) -> str:
+        """submit_job, again after a pause while Ray answers that it has no agent to take the submission: its
+        dashboard picks a node's agent for each job and says so while none is ready (a node that just joined, a
+        head under load), asking to try again later. Seen on the local cluster right after a node joined."""
+        for pause in (*SUBMIT_RETRY_PAUSES_S, None):
+            try:
+                return str(self._call("submit a job", submission_id, lambda: self.client.submit_job(**call)))
+            except ArgusError as exc:
+                if pause is None or NO_AGENT_YET not in exc.message:
+                    raise
+                logger.warning("Ray has no agent to take job {} yet; trying again in {:.0f} s", submission_id, pause)
+                self.sleep(pause)
+        raise AssertionError("unreachable")  # the loop returns or raises on its last pass
+
     def _call(self, what: str, submission_id: str | None, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
@@ -246,7 +265,7 @@ class JobController:
         folder.spec_file.write_text(spec.to_yaml(), encoding="utf-8")
         folder.submit_file.write_text(json.dumps(call, indent=2) + "\n", encoding="utf-8")
         try:
-            returned = self._call("submit a job", sid, lambda: self.client.submit_job(**call))
+            returned = self._submit(sid, call)
         except ArgusError:
             # The folder is ours, made just now: a retry with the same id must find it free.
             shutil.rmtree(job_dir, ignore_errors=True)
@@ -283,7 +302,7 @@ class JobController:
         folder.submit_file.write_text(json.dumps(call, indent=2) + "\n", encoding="utf-8")
         folder.adopted_file.write_text(json.dumps(source, indent=2, default=str) + "\n", encoding="utf-8")
         try:
-            returned = self._call("submit a job", sid, lambda: self.client.submit_job(**call))
+            returned = self._submit(sid, call)
         except ArgusError:
             shutil.rmtree(folder.root, ignore_errors=True)  # ours, made just now: a retry must find it free
             raise

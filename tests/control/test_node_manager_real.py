@@ -138,3 +138,41 @@ def test_the_runner_passes_each_argument_verbatim_and_reports_exit_status(sshd: 
     assert plain.ok and plain.duration_s >= 0
     cut = runner.run(["sleep", "30"], timeout_s=1)
     assert cut.timed_out and cut.exit_status is None
+
+
+def test_a_draining_node_finishes_its_work_and_takes_no_new_job(
+    sshd: Sshd, ray_cluster: RayCluster, temp_dir: str, tmp_path: Path
+) -> None:
+    """Out of rotation: a job of the node's pool that is submitted once the node drains waits (PENDING) instead of
+    landing there, while the job already running on it goes on until it ends or the drain's deadline comes."""
+    import sys
+
+    from control.jobs import JobController
+    from control.jobspec import JobSpec
+
+    registry = MemoryNodeRegistry()
+    nodes = manager(ray_cluster, registry)
+    spec = node_spec(sshd, temp_dir, name="loop-rotation", pool="rotation")
+    nodes.register(spec, actor="alice")
+    joined = nodes.join(spec.name, actor="alice", reason="new node")
+    assert joined.ok, f"{joined.message} ({joined.hint})"
+    jobs = JobController(ray_cluster.dashboard_url, tmp_path, code_roots=[tmp_path])
+    hold = f"{sys.executable} -c \"import time; print('holding', flush=True); time.sleep(300)\""
+    running = jobs.submit(JobSpec(name="held", owner="alice", pool="rotation", entrypoint=hold))
+    late = None
+    try:
+        wait_for(lambda: jobs.get(running.submission_id).status == "RUNNING", 120, "the pool's job to run")
+        assert jobs.get(running.submission_id).driver_node_id == joined.ray_node_id
+
+        drained = nodes.drain(spec.name, actor="bob", reason="rotation test", deadline_s=600)
+        assert drained.ok and drained.state is NodeState.DRAINING, drained.message
+        late = jobs.submit(JobSpec(name="late", owner="alice", pool="rotation", entrypoint=hold))
+        time.sleep(15)  # long enough for Ray to place a driver on any node that would take it (it takes ~1 s)
+        assert jobs.get(late.submission_id).status == "PENDING"  # the pool's only node is draining
+        assert jobs.get(running.submission_id).status == "RUNNING"  # before its deadline, running work goes on
+    finally:
+        for job in (running, late):
+            if job is not None:
+                jobs.stop(job.submission_id, reason="test teardown")
+        off = nodes.offline(spec.name, actor="bob", reason="retire")
+        assert off.ok, off.message

@@ -15,7 +15,7 @@ from control.jobs import JobController
 from control.jobspec import JobSpec
 from control.node_manager import node_labels, node_resources
 from control.nodes import NodeSpec
-from core.errors import InputError
+from core.errors import ArgusError, InputError
 from core.ray_labels import POOL_LABEL
 
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
@@ -112,3 +112,31 @@ def test_a_jobs_own_resources_are_asked_for_beside_the_controllers(tmp_path: Pat
     assert call["entrypoint_resources"] == {"worker": 0.001, "gpu-07": 0.001}
     assert lands_on(call, node(None, resources={"gpu-07": 1}))
     assert not lands_on(call, node(None))
+
+
+class BusyThenReady:
+    """A Jobs SDK client whose head has no agent to take a submission for its first `busy` calls (Ray's 500)."""
+
+    def __init__(self, busy: int) -> None:
+        self.busy = busy
+        self.calls = 0
+
+    def submit_job(self, **call: object) -> str:
+        self.calls += 1
+        if self.calls <= self.busy:
+            raise RuntimeError("Request failed with status code 500: No available agent to submit job, please try "
+                               "again later..")
+        return str(call["submission_id"])
+
+
+def test_a_submission_ray_has_no_agent_for_yet_is_tried_again_then_its_answer_stands(tmp_path: Path) -> None:
+    pauses: list[float] = []
+    ready = BusyThenReady(busy=2)
+    jobs = JobController("http://127.0.0.1:1", tmp_path, client=ready, sleep=pauses.append)
+    record = jobs.submit(job(submission_id="late-node-1"))
+    assert record.submission_id == "late-node-1" and ready.calls == 3 and pauses == [1.0, 2.0]
+    never = BusyThenReady(busy=100)
+    jobs = JobController("http://127.0.0.1:1", tmp_path, client=never, sleep=pauses.append)
+    with pytest.raises(ArgusError, match="No available agent"):
+        jobs.submit(job(submission_id="late-node-2"))
+    assert never.calls == 5 and not (tmp_path / "jobs" / "late-node-2").exists()  # its folder is not left behind
