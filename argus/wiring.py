@@ -259,8 +259,8 @@ def build_remediator(settings: Settings, store: Any, control: ControlPlane, *,
                      readers: Readers | None = None, events: EventSink | None = None) -> Remediator:
     """The remediation runner over the control plane, with the policy from settings (checked at start). Each step
     reaching a final state is counted in argus_actions_total (with `metrics`), refreshes its incident's report's
-    "What Argus did" (with `reports`: cheap, no LLM call) and is announced as STEP_FINISHED (with `events`: IM and the
-    webhooks tell it)."""
+    "What Argus did" (with `reports`: cheap, no LLM call) and, unless it was a dry run, is announced as STEP_FINISHED
+    (with `events`: IM and the webhooks tell it)."""
     policy = load_policy(settings.remediation_policy, mode=settings.remediation_mode)
     ctx = ActionContext(jobs=control.jobs, registry=control.registry, nodes=control.manager,
                         dashboard_url=settings.ray_dashboard_url, gcs_address=settings.ray_gcs_address,
@@ -274,7 +274,9 @@ def build_remediator(settings: Settings, store: Any, control: ControlPlane, *,
             metrics.action_finished(action.kind, action.state.value)
         if reports is not None and action.incident_id is not None:
             reports.refresh(action.incident_id)
-        if events is not None and action.incident_id is not None:
+        # a step that acted (a dry run's "would" is in the plan's own event already: told again per step, a storm of
+        # incidents in dry-run would tell the ops agent each of them once more per step)
+        if events is not None and action.incident_id is not None and not action.dry_run:
             events.publish(IncidentEvent.step_finished(store.get_incident(action.incident_id), action))
 
     return Remediator(store, policy, ctx, on_step_final=step_final, readers=readers)

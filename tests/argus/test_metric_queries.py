@@ -134,7 +134,9 @@ def test_real_series_and_the_readings_around_an_incident(prometheus_stack, ray_c
         token = store.create_token("v", Role.VIEWER, created_by="tests")[1]
         api = TestClient(create_app(store=store, metric_queries=MetricQueries(client, reader)),
                          headers={"Authorization": f"Bearer {token}"})
-        params = {"metric": "DCGM_FI_DEV_GPU_UTIL", "match": "gpu=0", "agg": "max", "by": "Hostname", "minutes": 5}
+        # this exporter's GPU 0 only: other tests' simulated exporters may have left series in the session's Prometheus
+        params = {"metric": "DCGM_FI_DEV_GPU_UTIL", "match": ["gpu=0", "Hostname=gpu-node-9"], "agg": "max",
+                  "by": "Hostname", "minutes": 5}
 
         def utilisation() -> list[Any] | None:
             found = api.get("/v1/metrics/query_range", params=params).json()["series"]

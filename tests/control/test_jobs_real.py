@@ -208,7 +208,7 @@ def test_ray_errors_come_back_as_ours(jobs: Tracked, tmp_path: Path) -> None:
         jobs.stop("no-such-job")
     with pytest.raises(InputError, match="not a valid submission id"):
         jobs.get("../../etc")
-    with pytest.raises(InputError, match="code_path .* is not a directory"):
+    with pytest.raises(NotFound, match="code_path .* is not a directory"):
         jobs.submit(JobSpec(name="x", entrypoint="true", owner="a", code_path=str(tmp_path / "missing")))
 
     first = jobs.submit(JobSpec(name="dup", entrypoint="true", owner="a", submission_id="dup-id-1"))
