@@ -17,9 +17,10 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 from enum import Enum
-from typing import Annotated, Protocol, runtime_checkable
+from typing import Annotated, Any, Protocol, runtime_checkable
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.json_schema import JsonDict, JsonValue
 
 from core.errors import Conflict, InputError, NotFound
 from core.ray_labels import POOL_LABEL
@@ -190,28 +191,28 @@ def check_host_key(value: str) -> str:
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$"
 _DNS_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _ABS_PATH = r"(?!.*/\.\.?(/|$))(/[A-Za-z0-9_.][A-Za-z0-9_.-]{0,127})+"
-_IP_SCHEMA: list[dict[str, str]] = [{"format": "ipv4"}, {"format": "ipv6"}]
-HOST_SCHEMA = {"anyOf": [*_IP_SCHEMA, {"pattern": rf"^(?![0-9.]*$){_DNS_LABEL}(\.{_DNS_LABEL})*\.?$",
+_IP_SCHEMA: list[JsonValue] = [{"format": "ipv4"}, {"format": "ipv6"}]
+HOST_SCHEMA: JsonDict = {"anyOf": [*_IP_SCHEMA, {"pattern": rf"^(?![0-9.]*$){_DNS_LABEL}(\.{_DNS_LABEL})*\.?$",
                                       "maxLength": 253}]}
-ABS_PATH_SCHEMA = {"pattern": f"^{_ABS_PATH}$", "maxLength": _MAX_PATH}
+ABS_PATH_SCHEMA: JsonDict = {"pattern": f"^{_ABS_PATH}$", "maxLength": _MAX_PATH}
 RESOURCE_NAME_PATTERN = r"^(?!(CPU|GPU|memory|object_store_memory)$)[A-Za-z][A-Za-z0-9_.-]{0,62}$"
 LABEL_VALUE_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$"
 
 
-def _schema(extra: dict[str, object]) -> object:
-    return Field(json_schema_extra=extra)  # type: ignore[arg-type]
+def _schema(extra: JsonDict) -> Any:
+    return Field(json_schema_extra=extra)
 
 
 Name = Annotated[str, AfterValidator(check_name), _schema({"pattern": NAME_PATTERN})]
 Host = Annotated[str, AfterValidator(check_host), _schema(HOST_SCHEMA)]
 IpAddress = Annotated[str, AfterValidator(check_ip), _schema({"anyOf": _IP_SCHEMA})]
 AbsPath = Annotated[str, AfterValidator(check_abs_path), _schema(ABS_PATH_SCHEMA)]
-_LABELS_SCHEMA = {
+_LABELS_SCHEMA: JsonDict = {
     "maxProperties": MAX_LABELS,
     "propertyNames": {"pattern": rf"^(?!ray\.io/)({_DNS_LABEL}(\.{_DNS_LABEL})*/)?{LABEL_VALUE_PATTERN[1:-1]}$"},
     "additionalProperties": {"type": "string", "pattern": f"^({LABEL_VALUE_PATTERN[1:-1]})?$"},
 }
-_RESOURCES_SCHEMA = {"propertyNames": {"pattern": RESOURCE_NAME_PATTERN},
+_RESOURCES_SCHEMA: JsonDict = {"propertyNames": {"pattern": RESOURCE_NAME_PATTERN},
                      "additionalProperties": {"type": "number", "minimum": 0, "maximum": 1_000_000}}
 Port = Annotated[int, Field(ge=1, le=65535, strict=True), WholeNumber]
 

@@ -8,7 +8,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 
@@ -29,6 +31,30 @@ def create_token(env: Mapping[str, str], name: str, role: str) -> str:
     if made.returncode != 0:
         raise RuntimeError(f"argus tokens create {name} failed: {made.stderr.strip()[-500:]}")
     return made.stdout.strip()
+
+
+@contextmanager
+def serving(env: Mapping[str, str], log: Path, *, timeout_s: float = 90.0) -> Iterator[str]:
+    """`argus serve` with `env` on a free loopback port, its output in `log`, answering `/v1/health`: its URL. Ended
+    (terminated, killed if it will not go) on the way out."""
+    from stage.localstack.ports import free_port
+
+    port = free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*ARGUS, "serve", "--port", str(port)], env=dict(env), stdout=out,
+                                stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        if not wait_healthy(url, timeout_s=timeout_s):
+            raise RuntimeError(f"argus serve did not answer within {timeout_s:.0f} s: {log.read_text()[-2000:]}")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 def wait_healthy(url: str, timeout_s: float = 60.0) -> bool:

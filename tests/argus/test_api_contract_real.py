@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from stage.localstack.argus_cli import ARGUS, argus_env, create_token, wait_healthy
-from stage.localstack.ports import free_port
+from stage.localstack.argus_cli import argus_env, create_token, serving
 from stage.localstack.ray_cluster import RayCluster
 from tests.conftest import PrometheusStack
 
@@ -59,22 +58,10 @@ def test_schemathesis_with_all_checks_finds_no_failure_against_a_configured_argu
         "ARGUS_PROMETHEUS_URL": prometheus_stack.prometheus.url, "ARGUS_REMEDIATION_MODE": "dry-run",
         "ARGUS_POLL_INTERVAL_S": "5", "ARGUS_REQUEST_TIMEOUT_S": "5"})
     token = create_token(env, "contract", "admin")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = tmp_path / "argus-serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([*ARGUS, "serve", "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        assert wait_healthy(url, timeout_s=90), f"argus serve did not answer: {log.read_text()[-2000:]}"
+    with serving(env, tmp_path / "argus-serve.log") as url:
         run = subprocess.run(
             [*SCHEMATHESIS, "run", f"{url}/openapi.json", "--checks", "all", "--header",
              f"Authorization: Bearer {token}", "--seed", str(SEED), "--max-examples", str(MAX_EXAMPLES),
              "--workers", "1", "--request-timeout", "30", "--no-color", "--suppress-health-check", "all"],
             capture_output=True, text=True, timeout=900, cwd=tmp_path)  # its crash cache stays out of the checkout
-        assert run.returncode == 0, f"schemathesis found failures:\n{run.stdout[-12_000:]}\n{run.stderr[-2000:]}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    assert run.returncode == 0, f"schemathesis found failures:\n{run.stdout[-12_000:]}\n{run.stderr[-2000:]}"

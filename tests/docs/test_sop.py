@@ -21,8 +21,7 @@ import pytest
 
 from control.jobspec import JobSpec
 from control.nodes import NodeSpec
-from stage.localstack.argus_cli import ARGUS, argus_env, create_token, wait_healthy
-from stage.localstack.ports import free_port
+from stage.localstack.argus_cli import argus_env, create_token, serving
 from stage.localstack.ray_cluster import RayCluster
 from stage.localstack.sshd import Sshd
 from tests.helpers import wait_until
@@ -102,23 +101,12 @@ def stage(ray_cluster: RayCluster, sshd: Sshd, tmp_path_factory: pytest.TempPath
                      "ARGUS_NODE_SSH_KEY_DIRS": json.dumps([str(sshd.client_key.parent)]),
                      "ARGUS_REMEDIATION_MODE": "approval", "ARGUS_POLL_INTERVAL_S": "1"})
     operator, admin = create_token(env, "sop-operator", "operator"), create_token(env, "sop-admin", "admin")
-    port = free_port()
-    log = root / "argus-serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([*ARGUS, "serve", "--port", str(port)], env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    made = Stage(url, operator, admin, shared, code)
-    try:
-        assert wait_healthy(url, timeout_s=90), log.read_text()[-2000:]
-        yield made
-    finally:
-        _stop_jobs(made)
-        proc.terminate()
+    with serving(env, root / "argus-serve.log") as url:
+        made = Stage(url, operator, admin, shared, code)
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            yield made
+        finally:
+            _stop_jobs(made)
 
 
 def _stop_jobs(stage: Stage) -> None:

@@ -39,9 +39,8 @@ def an_incident(store: Any) -> Incident:
     return incident
 
 
-@pytest.mark.parametrize("event", ["opened", "updated", "resolved"])
-def test_the_generic_webhook_sends_v1_events(store, event: str) -> None:
-    incident = an_incident(store)
+def recording_webhook() -> tuple[WebhookNotifier, list[dict[str, Any]]]:
+    """The generic webhook, delivering to a receiver that keeps each body it is sent."""
     bodies: list[dict[str, Any]] = []
 
     def receive(request: httpx.Request) -> httpx.Response:
@@ -50,6 +49,13 @@ def test_the_generic_webhook_sends_v1_events(store, event: str) -> None:
 
     notifier = WebhookNotifier("http://receiver.invalid/hook", public_url="https://argus.example",
                                client=httpx.Client(transport=httpx.MockTransport(receive)))
+    return notifier, bodies
+
+
+@pytest.mark.parametrize("event", ["opened", "updated", "resolved"])
+def test_the_generic_webhook_sends_v1_events(store, event: str) -> None:
+    incident = an_incident(store)
+    notifier, bodies = recording_webhook()
     assert notifier.notify(incident, event)
     (body,) = bodies
     assert body["schema"] == EVENT_SCHEMA and body["event"] == f"incident.{event}"
@@ -78,14 +84,7 @@ def test_a_step_that_ended_is_sent_to_the_generic_webhook_as_a_v1_event(store) -
     from core.types import Action, ActionState
 
     incident = an_incident(store)
-    bodies: list[dict[str, Any]] = []
-
-    def receive(request: httpx.Request) -> httpx.Response:
-        bodies.append(json.loads(request.content))
-        return httpx.Response(204)
-
-    notifier = WebhookNotifier("http://receiver.invalid/hook", public_url="https://argus.example",
-                               client=httpx.Client(transport=httpx.MockTransport(receive)))
+    notifier, bodies = recording_webhook()
     drained = Action(id="act-000000000007", incident_id=incident.id, kind="drain_node", target=incident.subject,
                      state=ActionState.FAILED, idempotency_key=f"{incident.id}:policy:0:drain_node",
                      requested_by="policy", dry_run=False, result={"message": "ray drain-node refused: node is dead"})
