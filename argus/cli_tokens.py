@@ -48,7 +48,9 @@ def _who() -> str:
 @tokens_app.command("create")
 def create(
     name: Annotated[str, typer.Argument(help="who or what holds the token, e.g. ops-agent, grafana")],
-    role: Annotated[Role, typer.Option(help="viewer, operator, agent or admin")],
+    role: Annotated[Role, typer.Option(help="viewer, operator, agent, admin, or user (a person who runs jobs)")],
+    user: Annotated[str | None, typer.Option(help="the person a user token speaks for: the owner of its jobs "
+                                                  "(default: the token's name)")] = None,
     expires_days: Annotated[
         int | None, typer.Option(min=1, max=3650, help="days until it expires (default: never)")
     ] = None,
@@ -58,13 +60,14 @@ def create(
     expires_at = utcnow() + timedelta(days=expires_days) if expires_days else None
     store = _open_store(config)
     try:
-        record, token = store.create_token(name, role, created_by=_who(), expires_at=expires_at)
+        record, token = store.create_token(name, role, created_by=_who(), expires_at=expires_at, user=user)
     finally:
         store.close()
     print(token)
     until = record.expires_at.isoformat() if record.expires_at else "never"
+    speaks = f", user {record.user}" if record.user else ""
     Console(stderr=True).print(
-        f"token {record.name} ({record.role.value}, expires {until}) created; it is shown only this once",
+        f"token {record.name} ({record.role.value}{speaks}, expires {until}) created; it is shown only this once",
         highlight=False,
     )
 
@@ -92,12 +95,12 @@ def list_(
 def _table(records: list[TokenRecord]) -> Table:
     now = utcnow()
     table = Table()
-    for column in ("name", "role", "prefix", "state", "created", "expires", "last used"):
+    for column in ("name", "role", "user", "prefix", "state", "created", "expires", "last used"):
         table.add_column(column, overflow="fold")
     for r in records:
         state = "revoked" if r.revoked_at else ("active" if r.usable_at(now) else "expired")
         table.add_row(
-            r.name, r.role.value, r.prefix, state, f"{r.created_at:%Y-%m-%d %H:%M} by {r.created_by}",
+            r.name, r.role.value, r.user or "-", r.prefix, state, f"{r.created_at:%Y-%m-%d %H:%M} by {r.created_by}",
             f"{r.expires_at:%Y-%m-%d %H:%M}" if r.expires_at else "never",
             f"{r.last_used_at:%Y-%m-%d %H:%M}" if r.last_used_at else "-",
         )

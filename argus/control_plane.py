@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from collectors.ray_capacity import RayCapacity
 from control.jobs import JobController
 from control.node_manager import NodeManager
 from control.nodes import NodeRegistry, NodeSpec
+from control.queue import JobQueue
+from control.queue import QueueStore as JobQueueStore
 from core.errors import NotAllowed, NotConfigured, NotFound
 
 
@@ -16,6 +20,7 @@ class ControlPlane:
     jobs: JobController
     registry: NodeRegistry
     manager: NodeManager | None  # None when no GCS address is configured: nodes are listed, not acted on
+    queue: JobQueue  # every job Argus starts goes through it (gang admission, FIFO, per-user limits)
     ssh_key_dirs: tuple[Path, ...]
 
     def nodes(self) -> NodeManager:
@@ -40,3 +45,12 @@ class ControlPlane:
         if not real.is_file():
             raise NotFound(f"ssh_key_path {spec.ssh_key_path} of node {spec.name} is not a file",
                              hint="copy the private key there first (mode 600)")
+
+
+def job_queue(store: JobQueueStore, jobs: JobController, registry: NodeRegistry | None, *, timeout_s: float = 10.0,
+              default_timeout_s: float | None = None,
+              user_limit: Callable[[str], int | None] = lambda _user: None) -> JobQueue:
+    """The queue every job Argus starts goes through, reading Ray's capacity from the jobs' dashboard."""
+    capacity = RayCapacity(jobs.dashboard_url, timeout_s=timeout_s)
+    return JobQueue(store, jobs, capacity.read, registry=registry, default_timeout_s=default_timeout_s,
+                    user_limit=user_limit)

@@ -13,7 +13,7 @@ from loguru import logger
 from argus.agents.fleet import FleetSupervisor, agent_token
 from argus.agents.inbox import AgentInbox
 from argus.approval_links import ApprovalLinks, load_secret
-from argus.control_plane import ControlPlane
+from argus.control_plane import ControlPlane, job_queue
 from argus.exporter import ArgusMetrics
 from argus.incidents.bus import EventBus, EventSink, Subscriber
 from argus.incidents.correlate import Correlator
@@ -347,5 +347,7 @@ def build_control(settings: Settings, store: Store) -> ControlPlane:
         manager = NodeManager(registry, gcs_address=settings.ray_gcs_address, dashboard_url=settings.ray_dashboard_url)
     else:
         logger.info("no ray_gcs_address: nodes can be registered and listed but not joined, drained or taken offline")
-    return ControlPlane(jobs=jobs, registry=registry, manager=manager,
+    queue = job_queue(store.job_queue, jobs, registry, timeout_s=settings.request_timeout_s,
+                      default_timeout_s=settings.job_queue_timeout_s, user_limit=settings.user_gpu_limit_of)
+    return ControlPlane(jobs=jobs, registry=registry, manager=manager, queue=queue,
                         ssh_key_dirs=tuple(settings.effective_ssh_key_dirs))

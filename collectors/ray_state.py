@@ -51,13 +51,13 @@ def _ms_to_dt(ms: Any) -> datetime | None:
         return None
 
 
-def _field(obj: Any, name: str, default: Any = None) -> Any:
+def field_of(obj: Any, name: str, default: Any = None) -> Any:
     if isinstance(obj, dict):
         return obj.get(name, default)
     return getattr(obj, name, default)
 
 
-def _text(value: Any) -> str | None:
+def text_of(value: Any) -> str | None:
     value = getattr(value, "value", value)  # enums in the SDK, strings over REST
     return str(value) if value is not None else None
 
@@ -68,7 +68,7 @@ def _camel(name: str) -> str:
     return first + "".join(part.title() for part in rest)
 
 
-def _resources(value: Any) -> dict[str, float]:
+def resources_of(value: Any) -> dict[str, float]:
     if not isinstance(value, Mapping):
         return {}
     found = {}
@@ -82,7 +82,7 @@ def _resources(value: Any) -> dict[str, float]:
 
 def _shape(bundles: Any) -> Counter[tuple[tuple[str, float], ...]]:
     """A multiset of bundles, to compare a group's with the autoscaler report's."""
-    return Counter(tuple(sorted(_resources(b).items())) for b in bundles or [])
+    return Counter(tuple(sorted(resources_of(b).items())) for b in bundles or [])
 
 
 class RayStateCollector:
@@ -114,13 +114,13 @@ class RayStateCollector:
 
         # A submitted job has no Ray job id until (unless) its entrypoint calls ray.init(): key by either.
         job_info = {
-            str(_field(j, "job_id") or _field(j, "submission_id")): self._job_summary(j)
+            str(field_of(j, "job_id") or field_of(j, "submission_id")): self._job_summary(j)
             for j in jobs
-            if _field(j, "job_id") or _field(j, "submission_id")
+            if field_of(j, "job_id") or field_of(j, "submission_id")
         }
         live: dict[str, dict[str, dict[str, Any]]] = {}
         for actor in actors:
-            node_id, job_id = _field(actor, "node_id"), _field(actor, "job_id")
+            node_id, job_id = field_of(actor, "node_id"), field_of(actor, "job_id")
             if node_id and job_id:
                 live.setdefault(node_id, {})[job_id] = job_info.get(job_id) or {"job_id": job_id}
         for job in job_info.values():
@@ -138,12 +138,12 @@ class RayStateCollector:
                 drivers = self._waiting_drivers()
         for groups in (waiting or {}).values():
             _add_strategies(groups, report)
-        free = _free_by_node(nodes, report)
+        free = free_by_node(nodes, report)
 
         signals: list[Signal] = []
         for node in nodes:
-            node_id = str(_field(node, "node_id"))
-            state = str(_field(node, "state"))
+            node_id = str(field_of(node, "node_id"))
+            state = str(field_of(node, "state"))
             if state == "ALIVE":
                 self._placement[node_id] = live.get(node_id, {})
                 self._dead_seen.discard(node_id)
@@ -190,14 +190,14 @@ class RayStateCollector:
         by_job: dict[str, list[dict[str, Any]]] = {}
         placed: dict[str, list[str]] = {}
         for group in groups:
-            state = _text(_field(group, "state"))
-            job_id = _field(group, "creator_job_id")
+            state = text_of(field_of(group, "state"))
+            job_id = field_of(group, "creator_job_id")
             if state == "CREATED" and job_id:
-                placed.setdefault(str(job_id), []).append(str(_field(group, "placement_group_id")))
+                placed.setdefault(str(job_id), []).append(str(field_of(group, "placement_group_id")))
             if state not in WAITING_GROUP_STATES or not job_id:
                 continue
-            bundles = list(_field(group, "bundles") or [])
-            stats = _field(group, "stats") or {}
+            bundles = list(field_of(group, "bundles") or [])
+            stats = field_of(group, "stats") or {}
             since = None
             try:  # an int64 comes as text over the state API
                 since = datetime.fromtimestamp(int(stats.get("creation_request_received_ns") or 0) / 1e9,
@@ -205,13 +205,13 @@ class RayStateCollector:
             except (TypeError, ValueError, OverflowError, OSError):
                 pass
             by_job.setdefault(str(job_id), []).append({
-                keys.GROUP_ID: str(_field(group, "placement_group_id")),
-                keys.GROUP_NAME: clean(_field(group, "name")) or None,
+                keys.GROUP_ID: str(field_of(group, "placement_group_id")),
+                keys.GROUP_NAME: clean(field_of(group, "name")) or None,
                 keys.STATE: state,
-                keys.BUNDLES: [_resources(_field(b, "unit_resources")) for b in bundles],
-                keys.BUNDLE_SELECTORS: [dict(_field(b, "label_selector") or {}) for b in bundles],
+                keys.BUNDLES: [resources_of(field_of(b, "unit_resources")) for b in bundles],
+                keys.BUNDLE_SELECTORS: [dict(field_of(b, "label_selector") or {}) for b in bundles],
                 keys.STRATEGY: None,
-                keys.SCHEDULING_STATE: _text(stats.get("scheduling_state")),
+                keys.SCHEDULING_STATE: text_of(stats.get("scheduling_state")),
                 keys.SINCE: since.isoformat() if since else None,
             })
         return by_job, placed
@@ -225,23 +225,14 @@ class RayStateCollector:
             logger.warning("could not list pending actors (what PENDING jobs wait on stays unknown): {}", exc)
             return {}
         return {
-            str(name)[len(SUPERVISOR_PREFIX):]: (_resources(_field(a, "required_resources")),
-                                                 dict(_field(a, "label_selector") or {}))
+            str(name)[len(SUPERVISOR_PREFIX):]: (resources_of(field_of(a, "required_resources")),
+                                                 dict(field_of(a, "label_selector") or {}))
             for a in actors
-            if str(name := _field(a, "name") or "").startswith(SUPERVISOR_PREFIX)
+            if str(name := field_of(a, "name") or "").startswith(SUPERVISOR_PREFIX)
         }
 
     def _autoscaler_report(self) -> Mapping[str, Any] | None:
-        """Ray's autoscaler load report (usage by node, pending placement groups); None when there is none."""
-        try:
-            body = self._ray.get_json(CLUSTER_STATUS_ROUTE)
-        except SourceUnavailable as exc:
-            logger.warning("could not read Ray's autoscaler report (free resources stay unknown): {}", exc)
-            return None
-        data = body.get("data") if isinstance(body, Mapping) else None
-        status = _either(data, "cluster_status") if isinstance(data, Mapping) else None
-        report = _either(status, "load_metrics_report") if isinstance(status, Mapping) else None
-        return report if isinstance(report, Mapping) else None
+        return autoscaler_report(self._ray, "free resources stay unknown")
 
     def _jobs_of_dead_node(self, node_id: str, job_info: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Jobs whose actors were on a node that just died: Ray still lists those actors, now DEAD."""
@@ -252,63 +243,77 @@ class RayStateCollector:
             return {}
         found: dict[str, dict[str, Any]] = {}
         for actor in actors:
-            job_id = _field(actor, "job_id")
+            job_id = field_of(actor, "job_id")
             if job_id:
                 found[job_id] = job_info.get(job_id) or {"job_id": job_id}
         return found
 
     def _node_signal(self, node: Any, node_id: str, state: str, now: datetime,
                      free: dict[str, float] | None = None) -> Signal:
-        ip = _field(node, "node_ip")
+        ip = field_of(node, "node_ip")
         jobs = sorted(self._placement.get(node_id, {}).values(), key=lambda j: j.get("job_id", ""))
-        end = _ms_to_dt(_field(node, "end_time_ms"))
-        start = _ms_to_dt(_field(node, "start_time_ms"))
+        end = _ms_to_dt(field_of(node, "end_time_ms"))
+        start = _ms_to_dt(field_of(node, "start_time_ms"))
         return Signal(
             kind=SignalKind.NODE_STATE,
             source="ray.state",
             subject=Subject(kind=SubjectKind.NODE, id=node_id, name=ip),
             observed_at=now,
-            text=_field(node, "state_message"),
+            text=field_of(node, "state_message"),
             attrs={
                 keys.STATE: state,
                 keys.NODE_IP: ip,
-                keys.NODE_NAME: clean(_field(node, "node_name")),
-                keys.IS_HEAD_NODE: bool(_field(node, "is_head_node")),
-                keys.STATE_MESSAGE: _field(node, "state_message"),
+                keys.NODE_NAME: clean(field_of(node, "node_name")),
+                keys.IS_HEAD_NODE: bool(field_of(node, "is_head_node")),
+                keys.STATE_MESSAGE: field_of(node, "state_message"),
                 keys.START_TIME: start.isoformat() if start else None,
                 keys.END_TIME: end.isoformat() if end else None,
-                keys.RESOURCES_TOTAL: dict(_field(node, "resources_total") or {}),
+                keys.RESOURCES_TOTAL: dict(field_of(node, "resources_total") or {}),
                 keys.RESOURCES_AVAILABLE: free,
-                keys.LABELS: dict(_field(node, "labels") or {}),
+                keys.LABELS: dict(field_of(node, "labels") or {}),
                 keys.JOBS: jobs,
             },
         )
 
     @staticmethod
     def _job_summary(job: Any) -> dict[str, Any]:
-        driver = _field(job, "driver_info")
-        driver_node = _field(job, "driver_node_id") or (_field(driver, "node_id") if driver else None)
-        start = _ms_to_dt(_field(job, "start_time"))
-        end = _ms_to_dt(_field(job, "end_time"))
-        status = _field(job, "status")
+        driver = field_of(job, "driver_info")
+        driver_node = field_of(job, "driver_node_id") or (field_of(driver, "node_id") if driver else None)
+        start = _ms_to_dt(field_of(job, "start_time"))
+        end = _ms_to_dt(field_of(job, "end_time"))
+        status = field_of(job, "status")
         status = getattr(status, "value", status)  # an enum in the SDK, a string over REST
-        metadata = _field(job, "metadata")
+        metadata = field_of(job, "metadata")
         metadata = dict(metadata) if isinstance(metadata, Mapping) else {}
         identity = job_identity(metadata)
         return {
-            keys.JOB_ID: str(_field(job, "job_id") or _field(job, "submission_id")),
-            keys.SUBMISSION_ID: _field(job, "submission_id"),
+            keys.JOB_ID: str(field_of(job, "job_id") or field_of(job, "submission_id")),
+            keys.SUBMISSION_ID: field_of(job, "submission_id"),
             keys.STATUS: str(status) if status else None,
-            keys.ENTRYPOINT: _field(job, "entrypoint"),
+            keys.ENTRYPOINT: field_of(job, "entrypoint"),
             keys.JOB_NAME: identity.name,
             keys.OWNER: identity.owner,
             keys.DRIVER_NODE_ID: driver_node,
-            keys.MESSAGE: _field(job, "message"),
-            keys.ERROR_TYPE: _field(job, "error_type"),
+            keys.MESSAGE: field_of(job, "message"),
+            keys.ERROR_TYPE: field_of(job, "error_type"),
             keys.START_TIME: start.isoformat() if start else None,
             keys.END_TIME: end.isoformat() if end else None,
             keys.METADATA: metadata,
         }
+
+
+def autoscaler_report(ray: RayStateApi, unknown: str) -> Mapping[str, Any] | None:
+    """Ray's autoscaler load report (usage by node, pending placement groups); None when there is none, with a
+    warning that says what stays `unknown` then."""
+    try:
+        body = ray.get_json(CLUSTER_STATUS_ROUTE)
+    except SourceUnavailable as exc:
+        logger.warning("could not read Ray's autoscaler report ({}): {}", unknown, exc)
+        return None
+    data = body.get("data") if isinstance(body, Mapping) else None
+    status = _either(data, "cluster_status") if isinstance(data, Mapping) else None
+    report = _either(status, "load_metrics_report") if isinstance(status, Mapping) else None
+    return report if isinstance(report, Mapping) else None
 
 
 def _either(mapping: Mapping[str, Any], snake: str) -> Any:
@@ -329,7 +334,7 @@ def _add_strategies(groups: list[dict[str, Any]], report: Mapping[str, Any] | No
         shape: Counter[tuple[tuple[str, float], ...]] = Counter()
         for item in spec.get("bundles") or []:
             bundle, count = (item[0], item[1]) if isinstance(item, (list, tuple)) and len(item) == 2 else (item, 1)
-            shape[tuple(sorted(_resources(bundle).items()))] += int(count)
+            shape[tuple(sorted(resources_of(bundle).items()))] += int(count)
         known.append((shape, str(spec["strategy"])))
     for group in groups:
         strategies = {strategy for shape, strategy in known if shape == _shape(group[keys.BUNDLES])}
@@ -337,22 +342,22 @@ def _add_strategies(groups: list[dict[str, Any]], report: Mapping[str, Any] | No
             group[keys.STRATEGY] = strategies.pop()
 
 
-def _free_by_node(nodes: list[Any], report: Mapping[str, Any] | None) -> dict[str, dict[str, float]]:
+def free_by_node(nodes: list[Any], report: Mapping[str, Any] | None) -> dict[str, dict[str, float]]:
     """Free resources of each alive node, by node id, from the report's [used, total] per node (keyed by IP, or
     by node id where the autoscaler is told to); a node whose IP another alive node shares is left out."""
     usage = _either(report, "usage_by_node") if report is not None else None
     if not isinstance(usage, Mapping):
         return {}
-    alive = [n for n in nodes if _text(_field(n, "state")) == "ALIVE"]
-    ips = Counter(_field(n, "node_ip") for n in alive)
+    alive = [n for n in nodes if text_of(field_of(n, "state")) == "ALIVE"]
+    ips = Counter(field_of(n, "node_ip") for n in alive)
     free: dict[str, dict[str, float]] = {}
     for node in alive:
-        node_id, ip = str(_field(node, "node_id")), _field(node, "node_ip")
+        node_id, ip = str(field_of(node, "node_id")), field_of(node, "node_ip")
         row = usage.get(node_id) if node_id in usage else (usage.get(ip) if ips[ip] == 1 else None)
         if not isinstance(row, Mapping):
             continue
-        names = {_camel(name): name for name in (_field(node, "resources_total") or {})}
-        names.update({name: name for name in (_field(node, "resources_total") or {})})
+        names = {_camel(name): name for name in (field_of(node, "resources_total") or {})}
+        names.update({name: name for name in (field_of(node, "resources_total") or {})})
         node_free = {}
         for key, pair in row.items():
             try:

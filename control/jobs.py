@@ -58,7 +58,7 @@ import httpx
 from loguru import logger
 
 from control.artifacts import CleanupPlan, apply_cleanup, plan_cleanup
-from control.jobspec import JobSpec
+from control.jobspec import OWNER_RE, JobSpec
 from core.errors import ArgusError, ConfigError, Conflict, InputError, NotAllowed, NotFound, SourceUnavailable
 from core.jobfolder import JobFolder, JobFolders, is_submission_id
 from core.lineage import CHECKPOINT_DIR_KEY, RESUME_FLAG_KEY, Lineage
@@ -73,6 +73,7 @@ DASHBOARD_HINT = "check that the Ray head is up and ray_dashboard_url points at 
 MAX_LOG_BYTES = 8 * 1024 * 1024
 NO_AGENT_YET = "No available agent to submit job"  # Ray's answer while no node's agent can take a submission
 SUBMIT_RETRY_PAUSES_S = (1.0, 2.0, 4.0, 8.0)  # then Ray's answer stands
+USER_SUBFOLDERS = ("datasets", "models", "code")
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,20 @@ class JobController:
 
     def job_dir(self, submission_id: str) -> Path:
         return self.folder(submission_id).root
+
+    def user_dir(self, user: str) -> Path:
+        """`<shared root>/users/<user>/`, with its datasets/, models/ and code/ (made when missing): where a user's
+        own data, models and code live. `user` is a user name (control/jobspec.py OWNER_RE), never a path."""
+        if not OWNER_RE.match(user):
+            raise InputError(f"{user[:40]!r} is not a user name", hint="1-32 of a-z 0-9 _ . -, starting with a-z or _")
+        home = self.shared_root / "users" / user
+        try:
+            for sub in USER_SUBFOLDERS:
+                (home / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ArgusError(f"cannot create user folder {home}: {exc.strerror}",
+                             hint=f"check that {self.shared_root} is mounted and writable") from None
+        return home
 
     def check_code_dir(self, path: Path, what: str, sid: str) -> None:
         """`path` is a directory inside one of the code roots, links resolved (no escape through a link)."""

@@ -141,7 +141,10 @@ class JobSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, json_schema_extra=_ENV_SCHEMA)
     working_dir: str | None = Field(default=None, description="the driver runs in this directory",
                                     json_schema_extra=_PATH_SCHEMA)
-    timeout_s: float | None = Field(default=None, gt=0)
+    timeout_s: float | None = Field(default=None, gt=0, description="stopped when it has run (or waited in Ray) "
+                                    "this long since it started")
+    queue_timeout_s: float | None = Field(default=None, gt=0, description="expires in the queue when its gang has "
+                                          "not fitted within this long; default: the Argus setting")
     resume: bool = False
     checkpoint_dir: str | None = Field(default=None, description="where the trainer writes checkpoints, when "
                                        "not $ARGUS_JOB_DIR/checkpoints nor in its arguments: a resubmission "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -108,6 +108,17 @@ class Settings(BaseSettings):
         default=None, description="host:port of the head's GCS that nodes join; None: node steps are off"
     )
     job_timeout_check_s: float = Field(default=30.0, gt=0, le=3600, description="how often job timeouts are enforced")
+    job_queue_interval_s: float = Field(default=5.0, gt=0, le=600,
+                                        description="how often the job queue looks for room to start queued jobs")
+    job_queue_timeout_s: float | None = Field(
+        default=None, gt=0, description="how long a job may wait in the queue before it expires; None: no limit"
+    )
+    user_gpu_limit: int | None = Field(
+        default=None, ge=0, description="the most GPUs one user's running jobs may hold at once; None: no limit"
+    )
+    user_gpu_limits: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict, description="per-user overrides of user_gpu_limit, e.g. {\"alice\": 16}"
+    )
     job_code_roots: list[Path] = Field(
         default_factory=list, description="where a job's code_path and working_dir may be; default: shared_root"
     )
@@ -174,6 +185,10 @@ class Settings(BaseSettings):
                                    description="this replica's name in the lease; default: <hostname>-<pid>")
 
     log_level: str = "INFO"
+
+    def user_gpu_limit_of(self, user: str) -> int | None:
+        """The most GPUs `user`'s running jobs may hold at once (user_gpu_limits, else user_gpu_limit)."""
+        return self.user_gpu_limits.get(user, self.user_gpu_limit)
 
     @field_validator("log_level")
     @classmethod

@@ -39,6 +39,12 @@ class Principal:
     name: str
     role: Role
     token_id: str
+    user: str | None = None  # the person a user token speaks for
+
+    @property
+    def scoped(self) -> str | None:
+        """The user whose jobs alone this caller may see and stop; None: every job (operators, agents, admins)."""
+        return self.user if self.role is Role.USER else None
 
 
 def bearer_token(header: str | None) -> str | None:
@@ -63,7 +69,7 @@ def require(role: Role | str) -> Callable[..., Awaitable[Principal]]:
         record = await run_in_threadpool(request.app.state.store.verify_token, token)
         if record is None:
             raise Unauthorized("the bearer token is unknown, revoked or expired", hint=_HINT)
-        principal = Principal(name=record.name, role=record.role, token_id=record.id)
+        principal = Principal(name=record.name, role=record.role, token_id=record.id, user=record.user)
         request.state.principal = principal
         if not allows(record.role, need):
             raise Forbidden(

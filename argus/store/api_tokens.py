@@ -14,7 +14,16 @@ from sqlalchemy import Engine, exc, select
 from argus.store.columns import as_utc
 from argus.store.models import ApiTokenRow
 from argus.store.repository import new_id, parse_enum, saved, transaction
-from argus.store.tokens import NAME_MAX, Role, TokenRecord, hash_token, new_token, prefix_of, valid_name
+from argus.store.tokens import (
+    NAME_MAX,
+    Role,
+    TokenRecord,
+    hash_token,
+    new_token,
+    prefix_of,
+    valid_name,
+    valid_user,
+)
 from core.errors import InputError, NotFound, StoreError
 from core.types import utcnow
 
@@ -32,15 +41,22 @@ class TokenRepository:
         self._clock = clock
 
     def create(
-        self, name: str, role: Role | str, created_by: str, expires_at: datetime | None = None
+        self, name: str, role: Role | str, created_by: str, expires_at: datetime | None = None,
+        user: str | None = None,
     ) -> tuple[TokenRecord, str]:
-        """A new token: its record and the token itself, which is not stored and cannot be shown again."""
+        """A new token: its record and the token itself, which is not stored and cannot be shown again. `user`: the
+        person it speaks for; a user token without one speaks for its name."""
         if not valid_name(name):
             raise InputError(
                 f"token name {name[:80]!r} is not allowed",
                 hint=f"use letters, digits and . _ @ -, starting with a letter or digit, at most {NAME_MAX}",
             )
         role = parse_enum(Role, role, "role")
+        if role is Role.USER and user is None:
+            user = name
+        if user is not None and not valid_user(user):
+            raise InputError(f"user {user[:80]!r} of token {name!r} is not a user name",
+                             hint="1-32 of a-z 0-9 _ . -, starting with a letter or '_' (it names users/<user>/)")
         now = self._clock()
         if expires_at is not None and as_utc(expires_at) <= now:
             raise InputError(f"token {name!r} would expire at {expires_at.isoformat()}, already past",
@@ -48,7 +64,7 @@ class TokenRepository:
         token, prefix = new_token()
         row = ApiTokenRow(
             id=new_id("tok"), name=name, role=role.value, prefix=prefix, token_hash=hash_token(token),
-            created_at=now, created_by=created_by, expires_at=expires_at,
+            created_at=now, created_by=created_by, expires_at=expires_at, user=user,
         )
         try:
             with transaction(self._engine, "creating a token") as s:

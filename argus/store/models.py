@@ -294,6 +294,7 @@ class ApiTokenRow(Base):
     name: Mapped[str] = mapped_column(CleanString(64), unique=True)
     role: Mapped[str] = mapped_column(CleanString(16))
     prefix: Mapped[str] = mapped_column(CleanString(32), unique=True)
+    user: Mapped[str | None] = mapped_column(CleanString(32), nullable=True)  # the person it speaks for; None: no one
     token_hash: Mapped[str] = mapped_column(CleanString(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     created_by: Mapped[str] = mapped_column(CleanText)
@@ -305,7 +306,7 @@ class ApiTokenRow(Base):
         return TokenRecord(
             id=self.id, name=self.name, role=Role(self.role), prefix=self.prefix, created_at=self.created_at,
             created_by=self.created_by, expires_at=self.expires_at, revoked_at=self.revoked_at,
-            last_used_at=self.last_used_at,
+            last_used_at=self.last_used_at, user=self.user,
         )
 
 
@@ -467,3 +468,28 @@ class AlertInboxRow(Base):
     alert: Mapped[dict[str, Any]] = mapped_column(CleanJSON)
     claimed_by: Mapped[str] = mapped_column(CleanString(LEASE_HOLDER_MAX), index=True)
     claimed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class QueuedJobRow(Base):
+    """A job in the FIFO queue (argus/store/job_queue.py): its spec and what the resubmission it may be carries, its
+    gang, and its place: queued, then started (handed to Ray) and finished, or expired, cancelled, failed.
+
+    `id` orders the queue (first in, first looked at); `submission_id` is the job's Ray id, decided when queued.
+    """
+
+    __tablename__ = "job_queue"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    submission_id: Mapped[str] = mapped_column(CleanString(64), unique=True)
+    owner: Mapped[str] = mapped_column(CleanString(32), index=True)
+    pool: Mapped[str | None] = mapped_column(CleanString(63), nullable=True)
+    nnodes: Mapped[int] = mapped_column(Integer)
+    gpus_per_node: Mapped[int] = mapped_column(Integer)
+    request: Mapped[dict[str, Any]] = mapped_column(CleanJSON)
+    state: Mapped[str] = mapped_column(CleanString(16), index=True)
+    reason: Mapped[str] = mapped_column(CleanText)
+    timeout_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    enqueued_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    ray_status: Mapped[str | None] = mapped_column(CleanString(16), nullable=True)

@@ -28,6 +28,7 @@ from argus.store.audit import AuditRepository
 from argus.store.deliveries import DeliveryRepository
 from argus.store.detector_state import DetectorStateRepository
 from argus.store.incidents import MAX_FINDINGS_PER_INCIDENT, IncidentRepository, Recorded
+from argus.store.job_queue import JobQueueRepository
 from argus.store.leases import LeaseRepository
 from argus.store.models import DeliveryRecord
 from argus.store.nodes import SqlNodeRegistry
@@ -84,6 +85,7 @@ class Store:
         self.detector_state = DetectorStateRepository(self._engine, clock=clock)
         self.leases = LeaseRepository(self._engine, clock=clock)
         self.alert_inbox = AlertInboxRepository(self._engine, clock=clock)
+        self.job_queue = JobQueueRepository(self._engine, clock=clock)
         logger.debug("incident store ready at {}", self.address)
 
     @property
@@ -213,10 +215,12 @@ class Store:
     # ---- API tokens (TokenRepository) and the audit log (AuditRepository) ---------------------------
 
     def create_token(
-        self, name: str, role: Role | str, created_by: str, expires_at: datetime | None = None
+        self, name: str, role: Role | str, created_by: str, expires_at: datetime | None = None, *,
+        user: str | None = None,
     ) -> tuple[TokenRecord, str]:
-        """A new token: its record and the token itself, which is not stored and cannot be shown again."""
-        return self.tokens.create(name, role, created_by, expires_at)
+        """A new token: its record and the token itself, which is not stored and cannot be shown again; `user`: the
+        person a user token speaks for (default: its name)."""
+        return self.tokens.create(name, role, created_by, expires_at, user=user)
 
     def verify_token(self, token: str) -> TokenRecord | None:
         """The record of a token that exists, is not revoked and has not expired; None for anything else."""

@@ -4,7 +4,8 @@ A token reads `argus_<8 hex>_<43 urlsafe>`. The first part (`argus_<8 hex>`) is 
 as is and finds the row, so logs and `argus tokens list` can name a token without exposing it. Only
 the sha256 of the whole token is stored; the token itself is shown once, when it is created.
 
-Roles: viewer < operator < admin, and agent, the ops team's LLM agent. The agent satisfies what an operator
+Roles: viewer < operator < admin; user, a person who runs jobs: the token names the user (`user`), whose jobs
+it submits, lists and stops, and no other's; and agent, the ops team's LLM agent. The agent satisfies what an operator
 may call (read everything, and the mutations operators may make), but its calls that take capacity away or stop
 work (drain, offline, stop a job) meet the remediation policy's guards, which bind no person
 (argus/api/agent_policy.py); routes only the agent and admins may call will ask for `Role.AGENT`, which
@@ -26,6 +27,8 @@ TOKEN_MAX_CHARS = 128
 NAME_MAX = 64
 _TOKEN = re.compile(r"(argus_[0-9a-f]{8})_[A-Za-z0-9_-]{43}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+# A user as a job's owner names one (control/jobspec.py OWNER_RE): their folder is users/<user>/.
+USER_RE = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 
 
 class Role(str, Enum):
@@ -34,6 +37,7 @@ class Role(str, Enum):
     AGENT = "agent"  # the external ops agent
     ADMIN = "admin"
     NODE_AGENT = "node_agent"  # Argus's own agents on the nodes (argus/agents): they send log lines, nothing else
+    USER = "user"  # a person who runs jobs: reads what a viewer reads, submits jobs, sees and stops their own
 
 
 # The roles that satisfy a route asking for the key. A node agent's token travels in its Ray job's environment, so
@@ -44,12 +48,17 @@ _SATISFIES: dict[Role, frozenset[Role]] = {
     Role.AGENT: frozenset({Role.AGENT, Role.ADMIN}),
     Role.ADMIN: frozenset({Role.ADMIN}),
     Role.NODE_AGENT: frozenset({Role.NODE_AGENT, Role.ADMIN}),
+    Role.USER: frozenset({Role.USER, Role.OPERATOR, Role.AGENT, Role.ADMIN}),  # the job routes: scoped by owner
 }
 
 
 def allows(have: Role | str, need: Role | str) -> bool:
     """Whether a token with role `have` may call a route that needs `need`."""
     return Role(have) in _SATISFIES[Role(need)]
+
+
+def valid_user(user: str) -> bool:
+    return USER_RE.fullmatch(user) is not None
 
 
 def valid_name(name: str) -> bool:
@@ -85,6 +94,7 @@ class TokenRecord:
     expires_at: datetime | None
     revoked_at: datetime | None
     last_used_at: datetime | None
+    user: str | None = None  # the person a user token speaks for (the owner of the jobs it submits)
 
     def usable_at(self, now: datetime) -> bool:
         return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
@@ -95,6 +105,7 @@ class TokenRecord:
             "id": self.id,
             "name": self.name,
             "role": self.role.value,
+            "user": self.user,
             "prefix": self.prefix,
             "created_at": self.created_at.isoformat(),
             "created_by": self.created_by,

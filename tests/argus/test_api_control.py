@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from argus.agents.inbox import AgentInbox
 from argus.api.app import create_app
-from argus.control_plane import ControlPlane
+from argus.control_plane import ControlPlane, job_queue
 from argus.store.store import Store
 from argus.store.tokens import Role, allows
 from control.jobs import JobController
@@ -32,7 +32,7 @@ from remediation.runner import Remediator
 from stage.localstack.ports import free_port
 
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOvHd5Yq4s1nE0CkW2m3n5b8xk9Zr7bq3u9Yp2sT6fQx"
-ROLES = (Role.VIEWER, Role.OPERATOR, Role.AGENT, Role.ADMIN, Role.NODE_AGENT)
+ROLES = (Role.VIEWER, Role.OPERATOR, Role.AGENT, Role.ADMIN, Role.NODE_AGENT, Role.USER)
 
 # Every route of the control plane and the role it needs. The test below fails when a route is missing
 # here, so a new route cannot ship without a decision about who may call it.
@@ -47,10 +47,11 @@ ROUTE_ROLES: dict[str, Role] = {
     "POST /v1/actions/{action_id}:approve": Role.OPERATOR,
     "POST /v1/actions/{action_id}:reject": Role.OPERATOR,
     "POST /v1/alerts/alertmanager": Role.OPERATOR,
-    "POST /v1/jobs": Role.OPERATOR,
+    "POST /v1/jobs": Role.USER,  # a user submits as themself (owner alice for the user token below)
     "GET /v1/jobs": Role.VIEWER,
+    "GET /v1/jobs/queue": Role.VIEWER,
     "GET /v1/jobs/{submission_id}": Role.VIEWER,
-    "POST /v1/jobs/{submission_id}/stop": Role.OPERATOR,
+    "POST /v1/jobs/{submission_id}/stop": Role.USER,
     "GET /v1/jobs/{submission_id}/logs": Role.VIEWER,
     "POST /v1/nodes": Role.ADMIN,
     "GET /v1/nodes": Role.VIEWER,
@@ -91,9 +92,11 @@ class Env:
         jobs = JobController(dead, self.shared, request_timeout_s=2, code_roots=[self.shared])
         registry = self.store.nodes()
         manager = NodeManager(registry, gcs_address="127.0.0.1:1", dashboard_url=dead, join_timeout_s=2)
-        self.control = ControlPlane(jobs=jobs, registry=registry, manager=manager, ssh_key_dirs=(self.keys,))
+        self.control = ControlPlane(jobs=jobs, registry=registry, queue=job_queue(self.store.job_queue, jobs, registry),
+                                    manager=manager, ssh_key_dirs=(self.keys,))
         self.app = create_app(store=self.store, control=self.control, node_agents=AgentInbox())
-        self.tokens = {role: self.store.create_token(f"t-{role.value}", role, created_by="tests")[1] for role in ROLES}
+        self.tokens = {role: self.store.create_token(f"t-{role.value}", role, created_by="tests",
+                                                     user="alice" if role is Role.USER else None)[1] for role in ROLES}
 
     def client(self, role: Role | None) -> TestClient:
         headers = {"Authorization": f"Bearer {self.tokens[role]}"} if role else {}
@@ -187,7 +190,8 @@ def test_without_a_control_plane_the_routes_say_what_to_configure(tmp_path: Path
 
 
 def test_node_steps_without_a_gcs_address_are_503_with_the_setting_to_set(env: Env) -> None:
-    env.app.state.control = ControlPlane(jobs=env.control.jobs, registry=env.control.registry, manager=None,
+    env.app.state.control = ControlPlane(jobs=env.control.jobs, registry=env.control.registry, queue=env.control.queue,
+                                         manager=None,
                                          ssh_key_dirs=(env.keys,))
     response = env.client(Role.OPERATOR).post("/v1/nodes/ghost/drain", json={"reason": "x"})
     assert response.status_code == 503 and "ARGUS_RAY_GCS_ADDRESS" in response.json()["hint"]
@@ -242,12 +246,19 @@ def test_code_outside_the_code_roots_is_refused(env: Env, tmp_path: Path) -> Non
     assert not (env.shared / "jobs").exists()
 
 
-def test_ray_down_is_503_naming_the_dashboard(env: Env) -> None:
+def test_ray_down_queues_the_job_with_the_reason_naming_the_dashboard(env: Env) -> None:
     response = env.client(Role.OPERATOR).post("/v1/jobs", json=env.job_body(code_path=str(env.code)))
-    assert response.status_code == 503
-    assert env.control.jobs.dashboard_url in response.json()["message"]
-    # the folder made for the refused submission is gone again, so a retry can use the same id
-    assert list((env.shared / "jobs").iterdir()) == []
+    assert response.status_code == 202, response.text  # accepted into the queue: it starts when Ray answers again
+    job = response.json()["job"]
+    assert job["status"] == "QUEUED" and job["state"] == "queued" and job["job_dir"] is None
+    assert "cannot be read" in job["queue"]["reason"] and env.control.jobs.dashboard_url in job["queue"]["reason"]
+    assert not (env.shared / "jobs").exists()  # its folder is made when it starts
+    listed = env.client(Role.VIEWER).get("/v1/jobs/queue").json()["items"]
+    assert [j["submission_id"] for j in listed] == [job["submission_id"]]
+    # stopped while queued: it leaves the queue, and Ray (still down) is not asked
+    stopped = env.client(Role.OPERATOR).post(f"/v1/jobs/{job['submission_id']}/stop", json={"reason": "not now"})
+    assert stopped.status_code == 200 and stopped.json()["job"]["state"] == "cancelled"
+    assert env.client(Role.VIEWER).get("/v1/jobs/queue", params={"state": "queued"}).json()["items"] == []
 
 
 @pytest.mark.parametrize("sid", ["a%2Fb", "..", "x" * 65, "bad%0Aid", "%00"])
@@ -403,7 +414,8 @@ def with_policy(env: Env, guards: Guards = AGENT_GUARDS, *, nodes: int = 4) -> l
     gpu-11 (10.0.0.11) on; their names."""
     dead = env.control.jobs.dashboard_url
     manager = RayListsNoNode(env.control.registry, gcs_address="127.0.0.1:1", dashboard_url=dead, join_timeout_s=2)
-    env.app.state.control = ControlPlane(jobs=env.control.jobs, registry=env.control.registry, manager=manager,
+    env.app.state.control = ControlPlane(jobs=env.control.jobs, registry=env.control.registry, queue=env.control.queue,
+                                         manager=manager,
                                          ssh_key_dirs=(env.keys,))
     ctx = Context(jobs=env.control.jobs, registry=env.control.registry, nodes=manager, dashboard_url=dead,
                   gcs_address=None, local=LocalRunner(), store=env.store, request_timeout_s=2)

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from argus.api.app import create_app
-from argus.control_plane import ControlPlane
+from argus.control_plane import ControlPlane, job_queue
 from argus.store.store import Store
 from argus.store.tokens import Role
 from control.jobs import JobController
@@ -58,7 +58,8 @@ def plane(ray_cluster: RayCluster, sshd: Sshd, tmp_path: Path) -> Iterator[tuple
     registry = store.nodes()
     manager = NodeManager(registry, gcs_address=ray_cluster.gcs_address, dashboard_url=ray_cluster.dashboard_url,
                           join_timeout_s=120, offline_timeout_s=60)
-    control = ControlPlane(jobs=jobs, registry=registry, manager=manager, ssh_key_dirs=(sshd.client_key.parent,))
+    control = ControlPlane(jobs=jobs, registry=registry, queue=job_queue(store.job_queue, jobs, registry),
+                           manager=manager, ssh_key_dirs=(sshd.client_key.parent,))
     api = Api(store, control)
     yield api, control, store
     for record in jobs.list():  # leave the session cluster as we found it

@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI
 
 from argus.api.app import create_app
-from argus.control_plane import ControlPlane
+from argus.control_plane import ControlPlane, job_queue
 from argus.incidents.bus import EventBus
 from argus.incidents.desk import IncidentDesk
 from argus.reports import ReportService
@@ -95,7 +95,8 @@ def build_site(tmp_path: Path, *, with_control: bool = True) -> Site:
     register_nodes(store, keys / "id_ed25519")
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: Ray's answers are "not reachable", at once
     jobs = JobController(dead, shared, request_timeout_s=2, code_roots=[shared])
-    control = ControlPlane(jobs=jobs, registry=store.nodes(), manager=None, ssh_key_dirs=(keys,))
+    control = ControlPlane(jobs=jobs, registry=store.nodes(),
+                           queue=job_queue(store.job_queue, jobs, store.nodes()), manager=None, ssh_key_dirs=(keys,))
     ctx = Context(jobs=jobs, registry=store.nodes(), nodes=None, dashboard_url=dead, gcs_address=None,
                   local=LocalRunner(), store=store)
     remediator = Remediator(store, load_policy(mode=Mode.APPROVAL), ctx)
