@@ -238,6 +238,7 @@ def _register_plugins() -> None:
     from argus.cli_analyze import register as register_analyze
     from argus.cli_dashboards import register as register_dashboards
     from argus.cli_doctor import register as register_doctor
+    from argus.cli_jobs import register as register_jobs
     from argus.cli_mcp import register as register_mcp
     from argus.cli_rules import register as register_rules
     from argus.cli_tokens import register as register_tokens
@@ -245,6 +246,7 @@ def _register_plugins() -> None:
     register_analyze(app)
     register_dashboards(app)
     register_doctor(app)
+    register_jobs(app)
     register_mcp(app)
     register_rules(app)
     register_tokens(app)

@@ -264,7 +264,8 @@ def build_remediator(settings: Settings, store: Any, control: ControlPlane, *,
     policy = load_policy(settings.remediation_policy, mode=settings.remediation_mode)
     ctx = ActionContext(jobs=control.jobs, registry=control.registry, nodes=control.manager,
                         dashboard_url=settings.ray_dashboard_url, gcs_address=settings.ray_gcs_address,
-                        local=LocalRunner(), store=store, request_timeout_s=settings.request_timeout_s)
+                        local=LocalRunner(), store=store, request_timeout_s=settings.request_timeout_s,
+                        queue=control.queue)
     logger.info("remediation policy {} in mode {}", policy.source, policy.mode.value)
     if metrics is not None:
         metrics.declare_actions(STEPS)

@@ -2,13 +2,18 @@
 mode) detects the lost node, keeps the scene, drains the node and resubmits the job from its checkpoint.
 Prints, per run and as median/max: kill -> incident, kill -> resubmitted, kill -> new job RUNNING, kill ->
 the resumed job's first training step, and the step the new run resumed at beside the job's last whole
-checkpoint. A figure, not a test: the machine is shared.
+checkpoint; and how long the resubmission waited in the job queue for capacity. A figure, not a test: the machine
+is shared.
+
+Jobs submitted through Argus go through its job queue (control/queue.py), as `argus serve` sends them. With
+`--no-spare` the job's gang is both workers (2 nodes × 4 GPUs): after the kill its resubmission cannot fit, waits in
+the queue, and the bench then restarts the killed worker as a replacement node joining; "queued" is that wait.
 
 The job is the stage's trainer with verl's command line and checkpoint layout (stage/localstack/jobs/
 hydra_trainer.py), submitted through Argus (a JobSpec, checkpoints in its job folder) or, with `--submit ray`,
 with plain `ray job submit` and its output piped into `tee`, as verl's example scripts run it (Argus adopts it).
 
-    .venv/bin/python bench/mttr.py [-n 3] [--submit argus|ray] [--ray-defaults]
+    .venv/bin/python bench/mttr.py [-n 3] [--submit argus|ray] [--ray-defaults] [--no-spare]
 """
 
 from __future__ import annotations
@@ -41,14 +46,17 @@ def ray_job_submit(cluster, sid: str, script: str) -> None:  # type: ignore[no-u
                     "--", "bash", "-c", script], check=True, capture_output=True, timeout=120)
 
 
-def one_run(cluster, work: Path, run: int, submit: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def one_run(cluster, work: Path, run: int, submit: str,  # type: ignore[no-untyped-def]
+            no_spare: bool = False) -> dict[str, float]:
     from argus.incidents.desk import IncidentDesk
     from argus.pipeline import Pipeline
     from argus.store.store import Store
+    from collectors.ray_capacity import RayCapacity
     from collectors.ray_state import RayStateCollector
     from control.jobs import JobController
     from control.jobspec import JobSpec
     from control.local import LocalRunner
+    from control.queue import JobQueue, QueueState
     from core.types import ActionState, Category
     from detectors.lost_node import LostNodeDetector
     from remediation.actions import Context
@@ -64,9 +72,11 @@ def one_run(cluster, work: Path, run: int, submit: str) -> dict[str, float]:  # 
     policy = load_policy(mode=Mode.AUTO)
     policy = policy.model_copy(update={"guards": policy.guards.model_copy(
         update={"min_drain_interval_s": 0, "max_drained_share": 1.0})})
+    queue = JobQueue(store.job_queue, jobs, RayCapacity(cluster.dashboard_url).read, registry=store.nodes())
     remediator = Remediator(store, policy, Context(jobs=jobs, registry=store.nodes(), nodes=None,
                                                    dashboard_url=cluster.dashboard_url,
-                                                   gcs_address=cluster.gcs_address, local=LocalRunner(), store=store))
+                                                   gcs_address=cluster.gcs_address, local=LocalRunner(), store=store,
+                                                   queue=queue))
     pipeline = Pipeline(collectors=[RayStateCollector(cluster.dashboard_url, timeout_s=10)],
                         detectors=[LostNodeDetector(lookback_s=30)], incidents=IncidentDesk(store))
     args = (f"{sys.executable} train.py data.train_files={shared}/train.parquet actor_rollout_ref.model.path="
@@ -77,8 +87,9 @@ def one_run(cluster, work: Path, run: int, submit: str) -> dict[str, float]:  # 
                                      f"2>&1 | tee {shared / 'train.log'}")
     else:
         entry = f"{args} trainer.default_local_dir=$ARGUS_JOB_DIR/checkpoints"
-        sid = jobs.submit(JobSpec(name="mttr", entrypoint=entry, owner="bench", code_path=str(shared / "code"),
-                                  working_dir=str(shared / "code"))).submission_id
+        sid = queue.submit(JobSpec(name="mttr", entrypoint=entry, owner="bench", code_path=str(shared / "code"),
+                                   working_dir=str(shared / "code"), nnodes=2 if no_spare else 1,
+                                   gpus_per_node=4)).submission_id
         ckpt = jobs.folder(sid).checkpoints
 
     def printed(s: str, key: str):  # type: ignore[no-untyped-def]
@@ -97,7 +108,9 @@ def one_run(cluster, work: Path, run: int, submit: str) -> dict[str, float]:  # 
     times: dict[str, float] = {}
     incident = None
     new_sid = f"{sid}-r1"
+    replaced = False
     while time.time() - killed < 240:
+        queue.tick()  # the daemon's chore
         for opened in pipeline.run_once().opened:
             if opened.category is Category.NODE_LOST and incident is None:
                 incident = opened
@@ -109,6 +122,13 @@ def one_run(cluster, work: Path, run: int, submit: str) -> dict[str, float]:  # 
             if "resubmitted" not in times and any(a.kind == "resubmit_job" and a.state is ActionState.SUCCEEDED
                                                   for a in actions):
                 times["resubmitted"] = time.time() - killed
+        waiting = queue.find(new_sid)
+        if waiting is not None and waiting.state is QueueState.QUEUED and no_spare and not replaced:
+            cluster.restart_worker(index)  # a replacement node joins the cluster
+            replaced = True
+            times["node joined"] = time.time() - killed
+        if waiting is not None and waiting.waited_s is not None:
+            times["queued"] = waiting.waited_s
         if "resubmitted" in times and "running" not in times:
             try:
                 if jobs.get(new_sid).status == "RUNNING":
@@ -128,7 +148,8 @@ def one_run(cluster, work: Path, run: int, submit: str) -> dict[str, float]:  # 
     for record in jobs.list(all_jobs=True):
         if not record.ended:
             jobs.stop(record.submission_id, reason="bench done")
-    cluster.restart_worker(index)
+    if not replaced:
+        cluster.restart_worker(index)
     store.close()
     return times
 
@@ -139,12 +160,14 @@ def main() -> int:
     parser.add_argument("--ray-defaults", action="store_true", help="Ray's default health check (3 s x 5)")
     parser.add_argument("--submit", choices=("argus", "ray"), default="argus",
                         help="submit the job through Argus (a JobSpec) or with plain `ray job submit`")
+    parser.add_argument("--no-spare", action="store_true",
+                        help="the job's gang is both workers: its resubmission waits in the queue for a new node")
     args = parser.parse_args()
     from stage.localstack.process import REGISTRY, install_exit_handlers
     from stage.localstack.ray_cluster import RayCluster
 
     install_exit_handlers()
-    console = Console()
+    console = Console(width=150)
     work = Path(tempfile.mkdtemp(prefix="ag-mttr-"))
     cluster = RayCluster(work / "ray", fast_health_check=not args.ray_defaults, worker_gpus=4)
     REGISTRY.add(cluster)
@@ -154,14 +177,15 @@ def main() -> int:
             cluster.start(timeout=180)
         for run in range(args.n):
             with console.status(f"run {run + 1}/{args.n}: kill, detect, remediate, resume"):
-                rows.append(one_run(cluster, work, run, args.submit))
+                rows.append(one_run(cluster, work, run, args.submit, args.no_spare))
     finally:
         REGISTRY.stop_all()
-    keys = ["incident", "resubmitted", "running", "first step"]
+    keys = ["incident", "resubmitted", "node joined", "queued", "running", "first step"]
     steps = ["last checkpoint", "resumed at"]
     how = "ray job submit" if args.submit == "ray" else "Argus JobSpec"
     table = Table(title=f"seconds after the kill ({'Ray defaults' if args.ray_defaults else 'fast health check'}; "
-                        f"job submitted with {how})")
+                        f"job submitted with {how}{'; no spare node' if args.no_spare else ''}; queued: the "
+                        "resubmission's wait in the job queue)")
     table.add_column("run")
     for key in keys:
         table.add_column(key, justify="right")

@@ -7,8 +7,8 @@ As Ray 2.60 gives it (read through the dashboard, as collectors/ray_state.py doe
   which also counts GPU tasks. The report is rewritten every few seconds, so it lags: measured here, a group placed
   a moment ago was listed CREATED while the report still showed its GPUs free, and a third job was admitted into
   them. Where the report is missing (autoscaler v2) the groups and actors alone say.
-- A job holds the GPUs of the placement groups it created that Ray placed (CREATED: the bundles are reserved
-  whether or not its actors run yet) and of its live actors outside any group. Groups and actors carry the Ray job
+- A job holds the GPUs of the placement groups it created that Ray placed (the bundles with a node: reserved
+  whether or not its actors run yet; a group that lost a node is RESCHEDULING and still holds the others) and of its live actors outside any group. Groups and actors carry the Ray job
   id (hex), which the job's record maps to its submission id once its driver has connected.
 - A node's pool is its `argus.io/pool` label (core.ray_labels), its name for people its `argus.io/node` label or
   else its IP.
@@ -35,7 +35,8 @@ class RayCapacity:
     def read(self) -> ClusterGpus:
         nodes = self._ray.call("list_nodes", detail=True)
         jobs = self._ray.call("list_jobs", detail=True)
-        groups = self._ray.call("list_placement_groups", detail=True, filters=[("state", "=", "CREATED")])
+        # CREATED groups, and the bundles a RESCHEDULING group (a node of it lost) still holds on the live nodes
+        groups = self._ray.call("list_placement_groups", detail=True, filters=[("state", "!=", "REMOVED")])
         actors = self._ray.call("list_actors", detail=True, filters=[("state", "=", "ALIVE")])
         submission_of = {str(field_of(j, "job_id")): str(field_of(j, "submission_id")) for j in jobs
                          if field_of(j, "job_id") and field_of(j, "submission_id")}
@@ -46,6 +47,8 @@ class RayCapacity:
         for group in groups:
             job = submission_of.get(str(field_of(group, "creator_job_id") or ""))
             for bundle in field_of(group, "bundles") or []:
+                if not field_of(bundle, "node_id"):
+                    continue  # not placed (yet, or any more): it holds nothing
                 gpus = resources_of(field_of(bundle, "unit_resources")).get(GPU, 0.0)
                 if job:
                     held[job] = held.get(job, 0.0) + gpus

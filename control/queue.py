@@ -17,6 +17,7 @@ its lineage, and waits for a replacement node rather than failing. `started_at -
 from __future__ import annotations
 
 import builtins
+import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -141,8 +142,10 @@ class JobQueue:
     # -- submitting ----------------------------------------------------------------------------------
 
     def submit(self, spec: JobSpec, *, resume_from: Path | None = None, lineage: Lineage | None = None,
-               timeout_s: float | None = None) -> QueueEntry:
-        """Queue `spec` and start it at once when its gang fits; the entry as it stands after that."""
+               timeout_s: float | None = None, resubmit_marker: dict[str, Any] | None = None) -> QueueEntry:
+        """Queue `spec` and start it at once when its gang fits; the entry as it stands after that.
+        `resubmit_marker`: for a resubmission, what remediation records in its folder (config/resubmit.json) once it
+        starts: the chain it belongs to."""
         sid = spec.submission_id or self.jobs.new_submission_id(spec.name)
         for path, what in ((spec.code_path, "code_path"), (spec.working_dir, "working_dir")):
             if path is not None:
@@ -155,6 +158,8 @@ class JobQueue:
             request["resume_from"] = str(resume_from)
         if lineage is not None:
             request["lineage"] = lineage.metadata()
+        if resubmit_marker is not None:
+            request["resubmit_marker"] = resubmit_marker
         self.jobs.user_dir(spec.owner)  # the owner's own folders exist from their first job on
         gang = Gang(nnodes=spec.nnodes, gpus_per_node=spec.gpus_per_node, pool=spec.pool_name)
         entry = self.store.add(QueueEntry(
@@ -273,6 +278,10 @@ class JobQueue:
             outcome.failed.append(entry.submission_id)
             outcome.refusals[entry.submission_id] = exc
             return
+        marker = entry.request.get("resubmit_marker")
+        if marker is not None:
+            marker = {**marker, "queued_s": round(waited, 3)}
+            self.jobs.folder(record.submission_id).resubmit_file.write_text(json.dumps(marker, indent=2) + "\n")
         logger.info("started queued job {} after {:.0f} s ({})", record.submission_id, waited, entry.gang.text())
         outcome.started.append(entry.submission_id)
 

@@ -53,6 +53,7 @@ from control.jobs import JobController
 from control.jobspec import JobSpec
 from control.node_manager import NodeManager, plain_dict
 from control.nodes import NodeRecord, NodeRegistry, NodeState
+from control.queue import JobQueue, QueueState
 from control.ssh import CommandRunner
 from core.errors import ArgusError, Conflict, NotFound
 from core.jobfolder import JobFolder, JobFolders
@@ -61,7 +62,7 @@ from core.refs import refs_of
 from core.types import ActionState, Incident, utcnow
 from detectors.hang_stacks import localize, ranks_of
 from detectors.timestamps import parse_iso
-from remediation.resume import exit_status_is_the_trainers, plan_resume
+from remediation.resume import ResumePlan, exit_status_is_the_trainers, plan_resume
 
 ACTOR = "argus-remediation"
 KERNEL_LOG = ["sh", "-c", "dmesg -T 2>/dev/null | tail -n 300 || journalctl -k -n 300 --no-pager"]
@@ -102,6 +103,9 @@ class Context:
     clock: Callable[[], datetime] = utcnow
     request_timeout_s: float = 10.0
     stop_wait_s: float = 60.0
+    # Resubmissions of jobs Argus submitted wait in it for capacity (a replacement node) instead of failing in Ray;
+    # None: submitted straight to Ray.
+    queue: JobQueue | None = None
 
     @property
     def shared_root(self) -> Path:
@@ -382,7 +386,7 @@ def resubmit_job(ctx: Context, incident: Incident, params: dict[str, Any], dry_r
         results.append(_resubmit_one(ctx, incident, sid, dry_run, params))
     if not results:
         return skipped("the incident names no job to resubmit")
-    submitted = [r for r in results if r["state"] == "submitted"]
+    submitted = [r for r in results if r["state"] in ("submitted", "queued")]
     problems = [r for r in results if r["state"] == "failed"]
     summary = "; ".join(r["message"] for r in results)
     if dry_run:
@@ -430,6 +434,11 @@ def _resubmit_one(ctx: Context, incident: Incident, sid: str, dry_run: bool,
         while not ctx.jobs.get(sid).ended and time.monotonic() < deadline:
             time.sleep(0.5)
     lineage = Lineage(of=sid, root=root, attempt=attempt + 1)
+    marker = {"of": sid, "root": root, "attempt": attempt + 1, "incident": incident.id, **resume,
+              "at": ctx.clock().isoformat()}
+    if source.spec is not None and ctx.queue is not None:
+        return _enqueue(ctx, incident, source.spec.model_copy(update={
+            "submission_id": new_sid, "resume": plan.resumes, "entrypoint": entry}), sid, plan, lineage, marker, resume)
     for _ in range(2):
         try:
             if source.spec is not None:
@@ -456,13 +465,35 @@ def _resubmit_one(ctx: Context, incident: Incident, sid: str, dry_run: bool,
         except ArgusError as exc:
             return {"job": sid, "state": "failed", "new": new_sid, **resume,
                     "message": f"resubmitting {sid} failed: {exc.message}"}
-    marker = {"of": sid, "root": root, "attempt": attempt + 1, "incident": incident.id, **resume,
-              "at": ctx.clock().isoformat()}
     ctx.folders.of(new_sid).resubmit_file.write_text(json.dumps(marker, indent=2) + "\n")
     logger.bind(incident=incident.id).info("resubmitted {} as {} (attempt {}) {}", sid, new_sid, attempt + 1,
                                            plan.describe())
     return {"job": sid, "state": "submitted", "new": new_sid, "attempt": attempt + 1, **resume,
             "message": f"resubmitted {sid} as {new_sid} {plan.describe()}"}
+
+
+def _enqueue(ctx: Context, incident: Incident, spec: JobSpec, sid: str, plan: ResumePlan, lineage: Lineage,
+             marker: dict[str, Any], resume: dict[str, Any]) -> dict[str, Any]:
+    """The resubmission through the job queue: it starts now when its gang fits, else waits for capacity (a node
+    that replaces the lost one) with the reason. Its id is the chain's next: queued twice, it is there once."""
+    assert ctx.queue is not None and spec.submission_id is not None
+    new_sid = spec.submission_id
+    try:
+        entry = ctx.queue.submit(spec, resume_from=plan.checkpoint.path if plan.resumes and plan.checkpoint else None,
+                                 lineage=lineage, resubmit_marker=marker)
+    except Conflict:
+        return {"job": sid, "state": "exists", "new": new_sid, **resume,
+                "message": f"{new_sid} was already submitted or queued"}
+    except ArgusError as exc:
+        return {"job": sid, "state": "failed", "new": new_sid, **resume,
+                "message": f"resubmitting {sid} failed: {exc.message}"}
+    queued = entry.state is QueueState.QUEUED
+    logger.bind(incident=incident.id).info("resubmitted {} as {} (attempt {}) {}{}", sid, new_sid, lineage.attempt,
+                                           plan.describe(), f"; queued: {entry.reason}" if queued else "")
+    return {"job": sid, "state": "queued" if queued else "submitted", "new": new_sid, "attempt": lineage.attempt,
+            **resume, "queue": {"state": entry.state.value, "reason": entry.reason},
+            "message": f"resubmitted {sid} as {new_sid} {plan.describe()}"
+                       + (f"; it waits in the queue: {entry.reason}" if queued else "")}
 
 
 @dataclass(frozen=True)

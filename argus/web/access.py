@@ -45,7 +45,7 @@ async def principal_of(request: Request) -> Principal | None:
     record = await run_in_threadpool(token_record, request.app.state.store, session.token_id, web.clock())
     if record is None:
         return None
-    principal = Principal(name=record.name, role=record.role, token_id=record.id)
+    principal = Principal(name=record.name, role=record.role, token_id=record.id, user=record.user)
     request.state.principal = principal
     request.state.session = session
     return principal

@@ -12,8 +12,11 @@ from argus.web.access import Viewer
 from argus.web.ui import UiRoute, page
 from collectors.ray_api import RayStateApi
 from control.nodes import NAME_RE, NodeRecord, NodeState, allowed_targets
+from control.queue import QueueState
 from core.errors import ArgusError, InputError, NotConfigured
 from core.types import Action
+
+QUEUE_ENDED_SHOWN = 10  # the jobs that left the queue without starting (expired, cancelled, failed) shown
 
 router = APIRouter(route_class=UiRoute, include_in_schema=False)
 RAY_TIMEOUT_S = 3.0
@@ -117,10 +120,17 @@ def jobs_page(request: Request, viewer: Viewer) -> Response:
     all_jobs = bool(flag) and flag[0] == "1"
     control = request.app.state.control
     if control is None:
-        return page(request, "jobs.html", 503, title="Jobs", jobs=[], problem=_NO_CONTROL, all_jobs=all_jobs)
+        return page(request, "jobs.html", 503, title="Jobs", jobs=[], problem=_NO_CONTROL, all_jobs=all_jobs,
+                    waiting=[], left=[])
+    # the queue is in the store: shown even while Ray does not answer; a user's login sees that user's jobs only
+    mine = viewer.scoped
+    waiting = control.queue.store.list(states=[QueueState.QUEUED], owner=mine)
+    left = control.queue.store.list(states=[QueueState.EXPIRED, QueueState.CANCELLED, QueueState.FAILED],
+                                    owner=mine, limit=QUEUE_ENDED_SHOWN)[::-1]
     try:
-        jobs = control.jobs.list(all_jobs=all_jobs)
+        jobs = [j for j in control.jobs.list(all_jobs=all_jobs) if mine is None or j.owner == mine]
     except ArgusError as exc:
         return page(request, "jobs.html", 503, title="Jobs", jobs=[], problem=(exc.message, exc.hint),
-                    all_jobs=all_jobs)
-    return page(request, "jobs.html", title="Jobs", jobs=jobs, problem=None, all_jobs=all_jobs)
+                    all_jobs=all_jobs, waiting=waiting, left=left)
+    return page(request, "jobs.html", title="Jobs", jobs=jobs, problem=None, all_jobs=all_jobs, waiting=waiting,
+                left=left)

@@ -66,7 +66,7 @@ def test_unreachable_database_is_a_clear_error():
 def test_help_lists_the_commands():
     result = run("--help")
     assert result.returncode == 0
-    for command in ("serve", "incidents", "analyze", "demo", "tokens"):
+    for command in ("serve", "incidents", "analyze", "demo", "tokens", "jobs"):
         assert command in result.stdout
     assert "dcgm-sim" not in result.stdout  # the simulator is the stage's (`argus-stage dcgm-sim`), not Argus's
 
@@ -122,3 +122,26 @@ def test_serve_stays_up_without_ray_and_says_so(tmp_path):
     assert proc.returncode == 0, output
     assert "cannot reach Ray state API" in output and "cannot reach Prometheus" in output
     assert "Traceback" not in output
+
+
+def test_jobs_queue_lists_the_queue_with_its_reasons(tmp_path):
+    from control.admission import Gang
+    from control.queue import QueueEntry, QueueState
+
+    store = Store(f"sqlite:///{tmp_path / 'argus.db'}")
+    now = datetime.now(timezone.utc)
+    for sid, state in (("sft-1", QueueState.STARTED), ("grpo-2", QueueState.QUEUED)):
+        store.job_queue.add(QueueEntry(position=0, submission_id=sid, owner="alice", gang=Gang(2, 8, "h20"),
+                                       request={"spec": {}}, state=state, enqueued_at=now,
+                                       reason="waiting for 2 nodes × 8 GPUs in pool h20: 1 node has 8 free (gpu-3)"))
+    store.close()
+    env = {"ARGUS_DATA_DIR": str(tmp_path)}
+    listed = run("jobs", "queue", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [(r["submission_id"], r["state"]) for r in rows] == [("sft-1", "running"), ("grpo-2", "queued")]
+    table = run("jobs", "queue", "--state", "queued", env=env)
+    assert table.returncode == 0 and "grpo-2" in table.stdout and "sft-1" not in table.stdout
+    assert "waiting for 2 nodes" in table.stdout  # the reason (rich may fold the rest of it)
+    bad = run("jobs", "queue", "--state", "sleeping", env=env)
+    assert bad.returncode == 2 and "is not one of" in bad.stderr and "Traceback" not in bad.stderr

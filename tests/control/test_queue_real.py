@@ -71,7 +71,8 @@ class Site:
         self.queue = job_queue(self.store.job_queue, self.jobs, registry)
         control = ControlPlane(jobs=self.jobs, registry=registry, queue=self.queue, manager=None, ssh_key_dirs=())
         self.app = create_app(store=self.store, control=control)
-        self.tokens = {name: self.store.create_token(name, Role.USER, created_by="tests")[1] for name in ("alice", "bob")}
+        self.tokens = {name: self.store.create_token(name, Role.USER, created_by="tests")[1]
+                       for name in ("alice", "bob")}
         self.tokens["ops"] = self.store.create_token("ops", Role.OPERATOR, created_by="tests")[1]
         for user in ("alice", "bob"):
             code = self.jobs.user_dir(user) / "code"

@@ -163,6 +163,27 @@ def test_without_a_control_plane_nodes_come_from_the_store_and_jobs_say_what_to_
         site.store.close()
 
 
+def test_the_jobs_page_shows_the_queue_while_ray_is_down_and_a_user_sees_their_own(site: Site) -> None:
+    from control.admission import Gang
+    from control.queue import QueueEntry, QueueState
+
+    now = datetime.now(timezone.utc)
+    for sid, owner, state in (("grpo-alice", "alice", QueueState.QUEUED), ("sft-bob", "bob", QueueState.QUEUED),
+                              ("huge-alice", "alice", QueueState.EXPIRED)):
+        site.store.job_queue.add(QueueEntry(
+            position=0, submission_id=sid, owner=owner, gang=Gang(2, 8, "h20"), request={"spec": {}}, state=state,
+            enqueued_at=now, reason=f"waiting for 2 nodes × 8 GPUs in pool h20: {sid} has no room"))
+    viewer = client_for(site, Role.VIEWER).get("/ui/jobs")
+    assert viewer.status_code == 503 and "Jobs cannot be listed now" in viewer.text  # Ray's list: not reachable
+    assert all(sid in viewer.text for sid in ("grpo-alice", "sft-bob", "huge-alice"))  # the queue: from the store
+    assert "2 waiting for their gang to fit" in viewer.text and "grpo-alice has no room" in viewer.text
+    assert "job-queued" in viewer.text and "EXPIRED" in viewer.text
+    user = TestClient(site.app, raise_server_exceptions=False)
+    assert login(user, site.store.create_token("alice", Role.USER, created_by="tests")[1]).status_code == 303
+    mine = user.get("/ui/jobs").text
+    assert "grpo-alice" in mine and "huge-alice" in mine and "sft-bob" not in mine
+
+
 def test_without_remediation_steps_are_shown_and_not_decided(site: Site) -> None:
     from argus.api.app import create_app
 
