@@ -10,7 +10,7 @@ from collectors.ray_capacity import RayCapacity
 from control.jobs import JobController
 from control.node_manager import NodeManager
 from control.nodes import NodeRegistry, NodeSpec
-from control.queue import JobQueue
+from control.queue import JobQueue, TickOutcome
 from control.queue import QueueStore as JobQueueStore
 from core.errors import NotAllowed, NotConfigured, NotFound
 
@@ -49,8 +49,9 @@ class ControlPlane:
 
 def job_queue(store: JobQueueStore, jobs: JobController, registry: NodeRegistry | None, *, timeout_s: float = 10.0,
               default_timeout_s: float | None = None,
-              user_limit: Callable[[str], int | None] = lambda _user: None) -> JobQueue:
+              user_limit: Callable[[str], int | None] = lambda _user: None,
+              observe: Callable[[TickOutcome], None] | None = None) -> JobQueue:
     """The queue every job Argus starts goes through, reading Ray's capacity from the jobs' dashboard."""
     capacity = RayCapacity(jobs.dashboard_url, timeout_s=timeout_s)
     return JobQueue(store, jobs, capacity.read, registry=registry, default_timeout_s=default_timeout_s,
-                    user_limit=user_limit)
+                    user_limit=user_limit, observe=observe)

@@ -43,6 +43,7 @@ from prometheus_client import (
 
 from argus.pipeline import SourceStatus, TickResult
 from collectors.placement import JobPlacement
+from control.queue import TickOutcome
 from core.refs import refs_of
 from core.types import ActionState, Category, Finding, Incident, IncidentState
 from detectors.stall import JobProgress
@@ -63,6 +64,8 @@ class IncidentLister(Protocol):
 LATENCY_BUCKETS = (1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600, 660, 900, 1800, 3600)
 # A tick is normally well under a second; its collectors' timeouts (10 s each by default) make the slow tail.
 TICK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
+# a queue wait: none, a replacement node joining (minutes), a busy cluster (hours)
+QUEUE_WAIT_BUCKETS = (1, 5, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600)
 NOTIFICATION_OUTCOMES = ("sent", "failed")
 ACTION_OUTCOMES = tuple(s.value for s in (ActionState.SUCCEEDED, ActionState.FAILED, ActionState.SKIPPED,
                                           ActionState.REJECTED))
@@ -145,6 +148,20 @@ class ArgusMetrics:
             "argus_job_step_interval_seconds", "The step interval Argus learnt for a RUNNING job",
             ("submission_id",), registry=self.registry,
         )
+        self.jobs_queued = Gauge(
+            "argus_jobs_queued", "Jobs waiting in Argus's job queue for their gang to fit, by pool (\"\": any node)",
+            ("pool",), registry=self.registry,
+        )
+        self.queue_wait = Histogram(
+            "argus_job_queue_wait_seconds", "How long a job waited in the queue before it started",
+            buckets=QUEUE_WAIT_BUCKETS, registry=self.registry,
+        )
+        self.queue_left = Counter(
+            "argus_job_queue_left", "Jobs that left the queue without starting, by why: expired or failed",
+            ("outcome",), registry=self.registry,
+        )
+        for outcome in ("expired", "failed"):
+            self.queue_left.labels(outcome)
         for category in Category:  # every category present from the start, so rate() and absent() behave
             self.findings.labels(category.value)
             self.incidents_opened.labels(category.value)
@@ -240,6 +257,16 @@ class ArgusMetrics:
             self.job_step.labels(submission_id).set(job.step)
             if job.interval_s is not None:
                 self.job_step_interval.labels(submission_id).set(job.interval_s)
+
+    def observe_queue(self, outcome: TickOutcome) -> None:
+        """One tick of the job queue: the jobs still waiting by pool, the waits of those it started, what left it."""
+        self.jobs_queued.clear()
+        for pool, count in outcome.waiting_by_pool.items():
+            self.jobs_queued.labels(_label(pool)).set(count)
+        for waited in outcome.waited_s.values():
+            self.queue_wait.observe(waited)
+        self.queue_left.labels("expired").inc(len(outcome.expired))
+        self.queue_left.labels("failed").inc(len(outcome.failed))
 
     def refresh_incidents(self, store: IncidentLister) -> None:
         """Count not-resolved incidents per category in the store (one GROUP BY: an alert storm's thousands of open

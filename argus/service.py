@@ -90,7 +90,7 @@ class ArgusService:
         self.events = events = EventBus(readers=readers)  # the report service announces its reports on it too
         self.reports = reports = build_reports(settings, store, events=events, readers=readers)
         reports.start()
-        self.control = control = build_control(settings, store)
+        self.control = control = build_control(settings, store, metrics=metrics)
         self.remediator = remediator = build_remediator(settings, store, control, metrics=metrics, reports=reports,
                                                         readers=readers, events=events)
         if not settings.leader_election:  # else the elected leader does it (a follower must not touch steps)

@@ -333,7 +333,7 @@ def build_node_agents(settings: Settings, store: Store, control: ControlPlane,
     return inbox, fleet
 
 
-def build_control(settings: Settings, store: Store) -> ControlPlane:
+def build_control(settings: Settings, store: Store, *, metrics: ArgusMetrics | None = None) -> ControlPlane:
     """The control plane the API acts through: jobs over the Jobs SDK, nodes over SSH (when the GCS address
     is set) with their registry in the store."""
     jobs = JobController(
@@ -349,6 +349,7 @@ def build_control(settings: Settings, store: Store) -> ControlPlane:
     else:
         logger.info("no ray_gcs_address: nodes can be registered and listed but not joined, drained or taken offline")
     queue = job_queue(store.job_queue, jobs, registry, timeout_s=settings.request_timeout_s,
-                      default_timeout_s=settings.job_queue_timeout_s, user_limit=settings.user_gpu_limit_of)
+                      default_timeout_s=settings.job_queue_timeout_s, user_limit=settings.user_gpu_limit_of,
+                      observe=metrics.observe_queue if metrics is not None else None)
     return ControlPlane(jobs=jobs, registry=registry, manager=manager, queue=queue,
                         ssh_key_dirs=tuple(settings.effective_ssh_key_dirs))

@@ -8,8 +8,9 @@ As Ray 2.60 gives it (read through the dashboard, as collectors/ray_state.py doe
   a moment ago was listed CREATED while the report still showed its GPUs free, and a third job was admitted into
   them. Where the report is missing (autoscaler v2) the groups and actors alone say.
 - A job holds the GPUs of the placement groups it created that Ray placed (the bundles with a node: reserved
-  whether or not its actors run yet; a group that lost a node is RESCHEDULING and still holds the others) and of its live actors outside any group. Groups and actors carry the Ray job
-  id (hex), which the job's record maps to its submission id once its driver has connected.
+  whether or not its actors run yet; a group that lost a node is RESCHEDULING and still holds the others) and of
+  its live actors outside any group. Groups and actors carry the Ray job id (hex), which the job's record maps to
+  its submission id once its driver has connected.
 - A node's pool is its `argus.io/pool` label (core.ray_labels), its name for people its `argus.io/node` label or
   else its IP.
 """

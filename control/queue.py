@@ -19,7 +19,7 @@ from __future__ import annotations
 import builtins
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -114,6 +114,8 @@ class TickOutcome:
     waiting: int = 0
     error: str | None = None
     refusals: dict[str, ArgusError] = field(default_factory=dict)  # what Ray answered the submissions it refused
+    waited_s: dict[str, float] = field(default_factory=dict)  # the started ones: how long each waited
+    waiting_by_pool: dict[str, int] = field(default_factory=dict)  # still queued, by pool ("" for any node)
 
 
 class JobQueue:
@@ -129,7 +131,9 @@ class JobQueue:
         default_timeout_s: float | None = None,
         user_limit: Callable[[str], int | None] = lambda _user: None,
         clock: Callable[[], datetime] = utcnow,
+        observe: Callable[[TickOutcome], None] | None = None,
     ) -> None:
+        """`observe`: told each tick's outcome (Argus's metrics)."""
         self.store = store
         self.jobs = jobs
         self.read_capacity = read_capacity
@@ -137,6 +141,7 @@ class JobQueue:
         self.default_timeout_s = default_timeout_s
         self.user_limit = user_limit
         self.clock = clock
+        self.observe = observe
         self._lock = threading.Lock()
 
     # -- submitting ----------------------------------------------------------------------------------
@@ -196,13 +201,20 @@ class JobQueue:
     def tick(self) -> TickOutcome:
         """Finish what Ray ended, expire, admit and start; see the module docstring."""
         with self._lock:
-            return self._tick()
+            outcome = self._tick()
+        if self.observe is not None:
+            try:
+                self.observe(outcome)
+            except Exception as exc:  # noqa: BLE001 - a metric must never stop the queue
+                logger.warning("could not record the job queue's tick: {}", exc)
+        return outcome
 
     def _tick(self) -> TickOutcome:
         outcome = TickOutcome()
         live = self.store.list(states=[QueueState.QUEUED, QueueState.STARTED])
         if not live:
             return outcome
+        waiting = {e.submission_id: e.gang.pool or "" for e in live if e.state is QueueState.QUEUED}
         now = self.clock()
         queued = [e for e in live if e.state is QueueState.QUEUED]
         for entry in queued:
@@ -220,6 +232,7 @@ class JobQueue:
             for entry in queued:
                 self.store.note(entry.submission_id, reason=outcome.error)
             outcome.waiting = len(queued)
+            outcome.waiting_by_pool = _count(waiting[e.submission_id] for e in queued)
             return outcome
         claims = self._claims([e for e in live if e.state is QueueState.STARTED], cluster, now, outcome)
         nodes = self._in_rotation(cluster)
@@ -234,6 +247,9 @@ class JobQueue:
                     self.store.note(entry.submission_id, reason=decision.reason)
             elif isinstance(decision, Admit):
                 self._start(entry, now, outcome)
+        outcome.waiting_by_pool = _count(waiting[e.submission_id] for e in queued
+                                         if e.submission_id not in outcome.started and e.submission_id not in
+                                         outcome.failed)
         return outcome
 
     def _claims(self, started: Sequence[QueueEntry], cluster: ClusterGpus, now: datetime,
@@ -284,9 +300,17 @@ class JobQueue:
             self.jobs.folder(record.submission_id).resubmit_file.write_text(json.dumps(marker, indent=2) + "\n")
         logger.info("started queued job {} after {:.0f} s ({})", record.submission_id, waited, entry.gang.text())
         outcome.started.append(entry.submission_id)
+        outcome.waited_s[entry.submission_id] = waited
 
     def _submit(self, entry: QueueEntry) -> JobRecord:
         resume = entry.request.get("resume_from")
         lineage = entry.request.get("lineage")
         return self.jobs.submit(entry.spec, resume_from=Path(resume) if resume else None,
                                 lineage=Lineage.from_metadata(lineage) if lineage else None)
+
+
+def _count(pools: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for pool in pools:
+        counts[pool] = counts.get(pool, 0) + 1
+    return counts

@@ -114,6 +114,22 @@ panels = [
             "Ray has dropped disappears from Ray's service discovery, so check 'Ray nodes alive' as well."
         ),
     ),
+    row("Job queue"),
+    stat("Jobs queued", [target("sum(argus_jobs_queued) or vector(0)")],
+         description="Jobs waiting in Argus's queue for their whole gang (nodes × GPUs) to fit in their pool."),
+    stat("Queue wait p90 (1d)", [target(
+        "histogram_quantile(0.9, sum by (le) (increase(argus_job_queue_wait_seconds_bucket[1d])))")],
+        unit="s", no_value="no job started from the queue",
+        description="How long jobs waited in the queue before they started, over the last day."),
+    stat("Expired in the queue (1d)", [target('sum(increase(argus_job_queue_left_total{outcome="expired"}[1d]))')],
+         description="Jobs whose gang did not fit within their queue timeout: `argus jobs queue --state expired` "
+                     "says why each waited."),
+    timeseries(
+        "Jobs queued by pool",
+        targets(('sum by (pool) (argus_jobs_queued)', "{{pool}}")),
+        stacked=True, legend_table=True,
+        description="Waiting jobs by the pool they ask for (empty: any node).",
+    ),
     row("Interruptions"),
     timeseries(
         "Interruptions per day by category",

@@ -384,3 +384,18 @@ def test_bad_outcomes_are_refused_and_series_names_cover_every_family():
     assert {"argus_notifications_total", "argus_loop_tick_duration_seconds_bucket",
             "argus_loop_last_tick_timestamp_seconds", "argus_collector_up", "argus_job_step"} <= names
     assert "argus_notifications" not in names  # a counter is exposed with _total only
+
+
+def test_the_job_queue_is_exported_by_pool_with_waits_and_what_left_it():
+    from control.queue import TickOutcome
+
+    metrics = ArgusMetrics()
+    metrics.observe_queue(TickOutcome(started=["a", "b"], expired=["c"], waited_s={"a": 3.0, "b": 700.0},
+                                      waiting_by_pool={"h20": 2, "": 1}))
+    families = _families(metrics)
+    assert samples_of(families, "argus_jobs_queued") == {("h20",): 2, ("",): 1}
+    assert samples_of(families, "argus_job_queue_wait_seconds", "argus_job_queue_wait_seconds_count") == {(): 2}
+    assert samples_of(families, "argus_job_queue_left", "argus_job_queue_left_total") == {("expired",): 1,
+                                                                                         ("failed",): 0}
+    metrics.observe_queue(TickOutcome(waiting_by_pool={}))  # the queue emptied: its series go
+    assert samples_of(_families(metrics), "argus_jobs_queued") == {}

@@ -17,7 +17,7 @@ from control.admission import ClusterGpus, NodeCapacity
 from control.jobs import JobController
 from control.jobspec import JobSpec
 from control.nodes import MemoryNodeRegistry, NodeSpec, NodeState
-from control.queue import JobQueue, QueueState
+from control.queue import JobQueue, QueueState, TickOutcome
 from core.errors import ArgusError, Conflict, SourceUnavailable
 from core.lineage import Lineage
 from tests.control.test_job_timeouts import Clock, Ray
@@ -81,7 +81,8 @@ def spec(name: str, nnodes: int = 1, gpus: int = 8, owner: str = "alice", **kw: 
 
 def test_three_jobs_two_fit_the_third_waits_and_starts_when_the_first_ends(
         store: Store, jobs: JobController, cluster: Cluster, ray: Ray, clock: Clock) -> None:
-    queue = queue_of(store, jobs, cluster, clock)
+    seen: list[TickOutcome] = []
+    queue = queue_of(store, jobs, cluster, clock, observe=seen.append)
     first = queue.submit(spec("first"))
     second = queue.submit(spec("second", owner="bob"))
     assert first.state is second.state is QueueState.STARTED and set(ray.jobs) == {first.submission_id,
@@ -95,6 +96,8 @@ def test_three_jobs_two_fit_the_third_waits_and_starts_when_the_first_ends(
     ray.set(first.submission_id, JobStatus.SUCCEEDED)
     outcome = queue.tick()
     assert outcome.finished == [first.submission_id] and outcome.started == [third.submission_id]
+    assert seen[-1] is outcome and outcome.waited_s == {third.submission_id: 40.0} and outcome.waiting_by_pool == {}
+    assert seen[-2].waiting_by_pool == {"h20": 1}  # the tick before: the third waited
     started = queue.get(third.submission_id)
     assert started.state is QueueState.STARTED and started.waited_s == 40 and started.job_state() == "running"
     assert queue.get(first.submission_id).job_state() == "finished"
