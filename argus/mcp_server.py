@@ -174,6 +174,13 @@ def build_mcp(api: ArgusApi) -> MCPServer:
         return await api.call(ctx, "GET", "/v1/jobs")
 
     @mcp.tool(annotations=READ)
+    async def job_queue(ctx: Context, state: Literal["all", "queued", "started", "finished", "expired", "cancelled",
+                                                     "failed"] = "all") -> dict[str, Any]:
+        """Argus's job queue, oldest first: each job's gang (nodes × GPUs in a pool), its state and the reason it
+        waits or waited ("waiting for 2 nodes × 8 GPUs in pool h20: 1 node has 8 free")."""
+        return await api.call(ctx, "GET", "/v1/jobs/queue", params={"state": None if state == "all" else state})
+
+    @mcp.tool(annotations=READ)
     async def tail_job_logs(ctx: Context, submission_id: Annotated[str, Field(
                                 min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")],
                             lines: Annotated[int, Field(ge=1, le=MAX_LOG_LINES)] = 200) -> str:

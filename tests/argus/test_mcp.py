@@ -78,13 +78,15 @@ async def drive(client: Client, incident_id: str) -> dict[str, Any]:
                                                               "steps": ["keep_scene", "drain_node"]}))
     drain = next(a for a in planned["items"] if a["kind"] == "drain_node")
     approved = data_of(await client.call_tool("approve_action", {"action_id": drain["id"]}))
-    return {"tools": tools, "listed": listed, "incident": incident, "report": report,
+    waiting = data_of(await client.call_tool("job_queue", {"state": "queued"}))
+    return {"tools": tools, "listed": listed, "incident": incident, "report": report, "queue": waiting,
             "runbook": "".join(getattr(c, "text", "") for c in runbook.contents), "approved": approved}
 
 
 def check_driven(seen: dict[str, Any], incident_id: str) -> None:
     assert {"list_incidents", "get_incident", "get_report", "plan_actions", "approve_action", "reject_action",
-            "resolve_incident", "list_nodes", "tail_job_logs"} <= seen["tools"]
+            "resolve_incident", "list_nodes", "tail_job_logs", "job_queue"} <= seen["tools"]
+    assert seen["queue"] == {"items": []}
     assert [i["id"] for i in seen["listed"]["items"]] == [incident_id]
     assert seen["incident"]["incident"]["category"] == "node_lost"
     assert "node_lost" in seen["report"] and "10.0.0.11" in seen["report"]
