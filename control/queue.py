@@ -225,6 +225,10 @@ class JobQueue:
                     logger.warning("queued job {} expired: {}", entry.submission_id, reason)
                     outcome.expired.append(entry.submission_id)
         queued = [e for e in queued if e.submission_id not in outcome.expired]
+        started = [e for e in live if e.state is QueueState.STARTED]
+        if not queued:
+            self._finish_ended(started, now, outcome)  # nothing to admit: Ray's job list is all it needs
+            return outcome
         try:
             cluster = self.read_capacity()
         except ArgusError as exc:
@@ -234,7 +238,7 @@ class JobQueue:
             outcome.waiting = len(queued)
             outcome.waiting_by_pool = _count(waiting[e.submission_id] for e in queued)
             return outcome
-        claims = self._claims([e for e in live if e.state is QueueState.STARTED], cluster, now, outcome)
+        claims = self._claims(started, cluster, now, outcome)
         nodes = self._in_rotation(cluster)
         decisions = admit([Candidate(e.submission_id, e.owner, e.gang) for e in queued], nodes, claims,
                           user_limit=self.user_limit)
@@ -267,6 +271,18 @@ class JobQueue:
             claims.append(Claim(entry.submission_id, entry.owner, entry.gang,
                                 seen_gpus=cluster.held_by_job.get(entry.submission_id, 0.0)))
         return claims
+
+    def _finish_ended(self, started: Sequence[QueueEntry], now: datetime, outcome: TickOutcome) -> None:
+        """Mark the started jobs Ray has ended finished, from Ray's job list alone (the cheap read: the full capacity
+        reading lists every actor and placement group of the cluster, needed only while a job waits)."""
+        if not started:
+            return
+        try:
+            status = {r.submission_id: r.status for r in self.jobs.list()}
+        except ArgusError as exc:
+            logger.warning("could not list Ray's jobs (started jobs are checked again next tick): {}", exc)
+            return
+        self._claims(started, ClusterGpus(nodes=(), status_by_job=status), now, outcome)
 
     def _in_rotation(self, cluster: ClusterGpus) -> list[Any]:
         if self.registry is None:

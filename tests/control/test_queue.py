@@ -186,3 +186,16 @@ def test_the_queue_survives_a_restart_and_two_replicas_start_a_job_once(
     assert started == [later.submission_id]  # the second replica found it started already
     call = ray.jobs[later.submission_id]
     assert call.metadata is not None and Lineage.from_metadata(call.metadata) == Lineage("blocker-x", "blocker-x", 1)
+
+
+def test_with_nothing_waiting_a_tick_reads_only_rays_job_list(
+        store: Store, jobs: JobController, cluster: Cluster, ray: Ray, clock: Clock) -> None:
+    queue = queue_of(store, jobs, cluster, clock)
+    running = queue.submit(spec("alone"))
+    cluster.down = "the state API is slow on a big cluster"  # not read: nothing waits for room
+    ray.set(running.submission_id, JobStatus.STOPPED)
+    outcome = queue.tick()
+    assert outcome.finished == [running.submission_id] and outcome.error is None
+    finished = queue.get(running.submission_id)
+    assert finished.state is QueueState.FINISHED and finished.ray_status == "STOPPED"
+    assert queue.tick().finished == []  # finished once
