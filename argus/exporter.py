@@ -148,6 +148,11 @@ class ArgusMetrics:
             "argus_job_step_interval_seconds", "The step interval Argus learnt for a RUNNING job",
             ("submission_id",), registry=self.registry,
         )
+        self.train_metric = Gauge(
+            "argus_job_train_metric", "A job's latest training metric from its step lines (loss, grad_norm, lr, "
+            "step_time, score, entropy, ...: the allow-list of detectors/training.yaml)",
+            ("submission_id", "metric"), registry=self.registry,
+        )
         self.jobs_queued = Gauge(
             "argus_jobs_queued", "Jobs waiting in Argus's job queue for their gang to fit, by pool (\"\": any node)",
             ("pool",), registry=self.registry,
@@ -257,6 +262,13 @@ class ArgusMetrics:
             self.job_step.labels(submission_id).set(job.step)
             if job.interval_s is not None:
                 self.job_step_interval.labels(submission_id).set(job.interval_s)
+
+    def set_train_metrics(self, series: Mapping[str, Mapping[str, float]]) -> None:
+        """Replace every job's training-metric series (the detector bounds jobs and series per job)."""
+        self.train_metric.clear()
+        for job_id, values in series.items():
+            for name, value in values.items():
+                self.train_metric.labels(_label(job_id), name).set(value)
 
     def observe_queue(self, outcome: TickOutcome) -> None:
         """One tick of the job queue: the jobs still waiting by pool, the waits of those it started, what left it."""

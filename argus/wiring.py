@@ -61,6 +61,7 @@ from detectors.log_rules import LogRuleDetector
 from detectors.lost_node import LostNodeDetector
 from detectors.metric_rules import MetricRuleDetector, MetricRuleSet, load_metric_rules
 from detectors.stall import StallDetector
+from detectors.training_health import TrainingHealthDetector, load_training_rules
 from detectors.waiting import WaitingJobDetector
 from rca.engine import RcaEngine
 from rca.metrics import PrometheusMetricsReader
@@ -125,7 +126,8 @@ def build_collectors(settings: Settings, metric_rules: MetricRuleSet, metrics: A
 
 
 def build_detectors(settings: Settings, metric_rules: MetricRuleSet, stall: StallDetector | None = None,
-                    memory: DetectorMemory | None = None) -> list[Detector]:
+                    memory: DetectorMemory | None = None,
+                    training: TrainingHealthDetector | None = None) -> list[Detector]:
     """`stall`: the stall detector to use (wiring keeps it to export each job's progress); a new one if None.
     `memory`: where the stateful detectors (stall, idle GPU, metric rules, log rules, waiting jobs) keep their state
     across restarts, normally the store's `detector_state`; None keeps it in this process only."""
@@ -139,10 +141,17 @@ def build_detectors(settings: Settings, metric_rules: MetricRuleSet, stall: Stal
                         memory=memory),
         DiskSpaceDetector(),
         WaitingJobDetector(alert_s=settings.pending_alert_s, memory=memory),
+        training or build_training_detector(settings),
     ]
     if settings.prometheus_url:
         detectors.append(MetricRuleDetector(metric_rules, memory=memory))
     return detectors
+
+
+def build_training_detector(settings: Settings) -> TrainingHealthDetector:
+    """Step metrics as series and the training-health rules (detectors/training.yaml, or settings.training_rules)."""
+    rules = load_training_rules(settings.training_rules) if settings.training_rules else load_training_rules()
+    return TrainingHealthDetector(rules, max_series_per_job=settings.train_metric_series_per_job)
 
 
 def build_stall_detector(settings: Settings, memory: DetectorMemory | None = None) -> StallDetector:
@@ -295,11 +304,14 @@ def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: Argu
     metric_rules = load_metric_rules(settings.metric_rules_dirs)
     metrics = metrics or ArgusMetrics()
     stall = stall or build_stall_detector(settings, memory)
+    training = next((d for d in detectors or [] if isinstance(d, TrainingHealthDetector)), None) \
+        or build_training_detector(settings)
     pipeline: Pipeline
 
     def after_tick(result: TickResult) -> None:
         metrics.observe_tick(result, pipeline.sources)
         metrics.set_job_progress(stall.progress())
+        metrics.set_train_metrics(training.series())
         metrics.refresh_incidents(incidents.store)  # also catches what changed without an event (merged echoes)
 
     if collectors is None:
@@ -309,7 +321,7 @@ def build_pipeline(settings: Settings, incidents: IncidentDesk, *, metrics: Argu
                                                timeout_s=settings.request_timeout_s))
     pipeline = Pipeline(
         collectors=collectors,
-        detectors=detectors or build_detectors(settings, metric_rules, stall, memory),
+        detectors=detectors or build_detectors(settings, metric_rules, stall, memory, training),
         incidents=incidents,
         # no new log lines because the log collectors are down is not a stalled job; a rule Prometheus could not
         # evaluate has not stopped holding; a job status Ray did not report this tick is not a job running again

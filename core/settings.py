@@ -54,6 +54,11 @@ class Settings(BaseSettings):
         default=20.0, gt=0,
         description="a job silent this long (and factor x its step time) is suspected: its ranks' stacks, sampled "
         "twice, confirm a hang at once or show silent work that holds the call back")
+    training_rules: Path | None = Field(
+        default=None, description="the training-health rules and series allow-list (YAML, the shape of "
+        "detectors/training.yaml); None: the built-in ones")
+    train_metric_series_per_job: int = Field(
+        default=24, ge=1, le=200, description="at most this many training-metric series per job are kept and exported")
     hang_stacks: bool = Field(
         default=True,
         description="sample the stacks of suspected jobs through Ray's dashboard (needs "

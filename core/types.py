@@ -55,6 +55,7 @@ class Category(str, Enum):
     DISK_FULL = "disk_full"
     IDLE_GPU = "idle_gpu"
     UNSCHEDULABLE = "unschedulable"  # a job waits for a place no node offers (PENDING driver, unplaced groups)
+    TRAINING_ANOMALY = "training_anomaly"  # the job runs, its metrics went wrong: NaN loss, spikes, slow steps
     USER_ERROR = "user_error"
     UNKNOWN = "unknown"
 

@@ -24,6 +24,8 @@ CATEGORY_MEANINGS: dict[Category, str] = {
     Category.IDLE_GPU: "GPUs were held by a job while idle",
     Category.UNSCHEDULABLE: "a job waited for resources no node could give it (its driver PENDING, or its "
                             "placement groups unplaced)",
+    Category.TRAINING_ANOMALY: "the job ran on while its training metrics went wrong (loss or gradients NaN or "
+                               "spiking, steps slowing down, an RL policy collapsing)",
     Category.USER_ERROR: "the job's own code or configuration failed (Python exceptions, bad arguments, launch "
                          "mistakes)",
     Category.UNKNOWN: "the evidence shows no clear cause",
@@ -57,6 +59,8 @@ SUPPORT: dict[Category, re.Pattern[str]] = {
     Category.IDLE_GPU: re.compile(r"(?i)idle|utili[sz]ation"),
     Category.UNSCHEDULABLE: re.compile(r"(?i)\bPENDING\b|infeasible|unschedulable|placement group|cannot be scheduled|"
                                        r"no node (?:offer|ha)"),
+    Category.TRAINING_ANOMALY: re.compile(r"(?i)\b(?:loss|grad(?:ient)?[ _]?norm)\b[^\n]{0,40}\b(?:nan|inf)\b|"
+                                          r"\bentropy\b|clip_ratio|timing_s/step"),
     Category.USER_ERROR: re.compile(r"(?i)Error\b|Exception\b|Traceback|invalid|not found|unexpected|assert"),
 }
 
@@ -64,7 +68,8 @@ LLM_ONLY_CONFIDENCE_CAP = 0.5
 # What only an observation shows: GPUs idle while held (their metrics over a window) and a job that waits for a place
 # (its driver PENDING in Ray's state). A log line may mention either ("cannot be scheduled right now", an idle node
 # ended by the autoscaler) while the run goes on, so the LLM's reading of logs never sets them.
-OBSERVED_ONLY = frozenset({Category.IDLE_GPU, Category.UNSCHEDULABLE})
+# Training anomalies too: a series judged over many steps (detectors/training_health.py), not one line's reading.
+OBSERVED_ONLY = frozenset({Category.IDLE_GPU, Category.UNSCHEDULABLE, Category.TRAINING_ANOMALY})
 
 # A line's own log level, where it states one (Python's and NCCL's words, glog's letter in Ray's C++ logs). A line
 # logged at INFO or DEBUG reports the run going on, and a WARNING shows a failure only in failure words: Ray warns that
