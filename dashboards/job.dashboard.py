@@ -64,6 +64,25 @@ panels = [
     ),
     timeseries("Step", targets((f"argus_job_step{{{JOB}}}", "step")), unit="short",
                description="The last training step Argus has seen; a flat line while GPUs idle is a stall."),
+    row("Training metrics"),
+    timeseries("Loss", targets(*((f'argus_job_train_metric{{{JOB}, metric="{m}"}}', m)
+                                 for m in ("loss", "pg_loss", "vf_loss"))), legend_table=True,
+               description="From the job's step lines (verl, Hugging Face Trainer, Megatron). NaN and spikes open a "
+                           "training_anomaly incident."),
+    timeseries("Gradient norm", targets(*((f'argus_job_train_metric{{{JOB}, metric="{m}"}}', m)
+                                          for m in ("grad_norm", "critic_grad_norm"))), legend_table=True),
+    timeseries("Step time", targets((f'argus_job_train_metric{{{JOB}, metric="step_time"}}', "seconds per step")),
+               unit="s", description="What the trainer reports (verl's timing_s/step); doubling for several steps "
+                                     "is a straggler suspect."),
+    timeseries("Reward and entropy", targets(*((f'argus_job_train_metric{{{JOB}, metric="{m}"}}', m)
+                                               for m in ("score", "entropy", "response_clip_ratio"))),
+               legend_table=True, description="RL runs: reward (critic/score/mean), entropy, and the share of "
+                                              "responses cut at the length cap."),
+    timeseries("Learning rate and throughput", targets(*((f'argus_job_train_metric{{{JOB}, metric="{m}"}}', m)
+                                                         for m in ("lr", "throughput"))), legend_table=True),
+    timeseries("Step time breakdown", targets((f'argus_job_train_metric{{{JOB}, metric=~"timing_.*"}}',
+                                               "{{metric}}")),
+               unit="s", stacked=True, legend_table=True, description="verl's timing_s/* per phase."),
 ]
 
 dashboard = argus_dashboard(

@@ -8,6 +8,8 @@ this detector reads them from the job's log lines (LOG_LINE signals whose subjec
 - Hugging Face Trainer: `{'loss': 1.2, 'grad_norm': nan, 'learning_rate': 2e-05, 'epoch': 0.12}` (the step is the
   count of such lines, as the Trainer logs every `logging_steps`: the counter orders them, nothing else)
 - Megatron: `iteration 100/ 1000 | ... | lm loss: 2.3E+00 | grad norm: 1.2 | elapsed time per iteration (ms): 812`
+- mmengine (xtuner, OpenMMLab): `Epoch(train) [1][200/735]  lr: 1.9870e-04 ... loss: 2.7522  grad_norm: 3.0608`
+  (the step counts across epochs)
 
 Which metrics are kept, under which names, and the rules that judge them are data (detectors/training.yaml). A
 series keeps its last `MAX_POINTS` values, each step once (eight ranks printing the same step are one value; a
@@ -64,6 +66,9 @@ _VERL_PAIR = re.compile(rf"(?:^| - )(?P<key>[A-Za-z_][\w/.@()-]{{0,120}}):(?P<va
 _HF_DICT = re.compile(r"\{'[^{}]{0,4000}\}")
 _HF_PAIR = re.compile(rf"'(?P<key>[\w/. -]{{1,120}})': (?P<value>{_NUMBER})(?=[,}}])", re.I)
 _MEGATRON = re.compile(r"\biteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|")
+# mmengine (xtuner, OpenMMLab): "Epoch(train) [1][200/735]  lr: 1.9870e-04  ...  loss: 2.7522  grad_norm: 3.0608"
+_MMENGINE = re.compile(r"\b(?:Epoch|Iter)\(train\)\s*(?:\[(?P<epoch>\d+)\])?\s*\[(?P<iter>\d+)/(?P<total>\d+)\]")
+_MMENGINE_PAIR = re.compile(rf"(?:^|\s)(?P<key>[A-Za-z_][\w/.]{{0,80}}): (?P<value>{_NUMBER})(?=\s|$)", re.I)
 _MEGATRON_PAIR = re.compile(rf"\|\s*(?P<key>[A-Za-z][\w /().-]{{0,80}}?):\s*(?P<value>{_NUMBER})\s*(?=\|)", re.I)
 
 
@@ -77,7 +82,7 @@ class StepMetrics:
 
     step: int | None
     values: dict[str, float]
-    form: str  # "verl", "hf", "megatron"
+    form: str  # "verl", "hf", "megatron", "mmengine"
 
 
 def parse_metrics(line: str) -> StepMetrics | None:
@@ -90,6 +95,10 @@ def parse_metrics(line: str) -> StepMetrics | None:
     if (m := _MEGATRON.search(text)) is not None:
         values = {p["key"].strip(): _number(p["value"]) for p in _MEGATRON_PAIR.finditer(text[m.end() - 1:] + "|")}
         return StepMetrics(int(m["step"]), values, "megatron") if values else None
+    if (m := _MMENGINE.search(text)) is not None:
+        values = {p["key"]: _number(p["value"]) for p in _MMENGINE_PAIR.finditer(text[m.end():])}
+        step = int(m["iter"]) + (int(m["epoch"]) - 1) * int(m["total"]) if m["epoch"] else int(m["iter"])
+        return StepMetrics(step, values, "mmengine") if values else None
     if (m := _HF_DICT.search(text)) is not None:
         values = {p["key"]: _number(p["value"]) for p in _HF_PAIR.finditer(m.group(0))}
         if values and ("loss" in values or "grad_norm" in values or "eval_loss" in values):

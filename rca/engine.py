@@ -110,7 +110,7 @@ class RcaEngine:
         return render(ReportInput(incident=incident, bundle=bundle, verdict=verdict, impact=impact, actions=actions,
                                   llm=outcome, decision=decision, llm_configured=self.writer is not None,
                                   cited=cited, redact=redactor.redact, dropped=tuple(dropped), chosen=chosen,
-                                  hang=hang))
+                                  hang=hang, curves=curves_of(findings)))
 
     def deterministic(self, incident: Incident, findings: Sequence[Finding], from_logs: Classification, *,
                       hang: Hang | None = None) -> tuple[Classification, bool]:
@@ -140,6 +140,23 @@ class RcaEngine:
         return Classification(category=best.category, reason=best.reason, summary=summary, evidence=evidence,
                               confidence=round(best.confidence, 2),
                               recommended_action=best.recommended_action or from_logs.recommended_action), True
+
+
+def curves_of(findings: Sequence[Finding]) -> tuple[tuple[str, tuple[tuple[int, str], ...]], ...]:
+    """The recent values of each training series a finding fired on (detectors/training_health.py keeps them in its
+    attrs), once per series; values as text (a NaN stays "nan")."""
+    curves: dict[str, tuple[tuple[int, str], ...]] = {}
+    for f in findings:
+        series, recent = f.attrs.get("series"), f.attrs.get("recent")
+        if f.category is not Category.TRAINING_ANOMALY or not isinstance(series, str) or not isinstance(recent, list):
+            continue
+        points = []
+        for point in recent[-50:]:
+            if isinstance(point, (list, tuple)) and len(point) == 2 and isinstance(point[0], int):
+                value = point[1]
+                points.append((point[0], f"{value:.4g}" if isinstance(value, float) else str(value)[:24]))
+        curves.setdefault(series[:64], tuple(points))
+    return tuple(curves.items())
 
 
 def evidence_of(bundle: EvidenceBundle, incident: Incident, findings: Sequence[Finding]) -> Evidence:

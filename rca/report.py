@@ -122,6 +122,11 @@ class ReportInput:
     chosen: Chosen | None = None  # the catalog's recommended actions (rca/actions.py), in the LLM's order if it chose
     dropped: tuple[Dropped, ...] = ()  # sentences of the LLM's prose no evidence shows (rca/grounding.py)
     hang: Hang | None = None  # what the ranks' stacks say of a hang (rca/hang.py); only where the verdict is one
+    # the recent values of the training series that fired (detectors/training_health.py): (series, [(step, value)])
+    curves: tuple[tuple[str, tuple[tuple[int, str], ...]], ...] = ()
+
+
+CURVE_POINTS = 12  # the values of a training series a report shows: enough to see the turn, narrow enough to read
 
 
 def render(inp: ReportInput) -> Report:
@@ -172,6 +177,12 @@ def render(inp: ReportInput) -> Report:
         md += [f"{w.first_line + i:>6}{'>' if w.first_line + i == w.focus_line else ' '} {_fence(t)}"
                for i, t in enumerate(w.lines)]
         md.append("```")
+    for series, points in inp.curves:
+        last = points[-CURVE_POINTS:]
+        md += ["", f"Recent values of `{_code(series)}`, from the job's step lines:", "",
+               "| step | " + " | ".join(str(step) for step, _ in last) + " |",
+               "|---|" + "---|" * len(last),
+               f"| {_cell(series)} | " + " | ".join(_cell(value) for _, value in last) + " |"]
     if bundle.metrics:
         md += ["", "| metric | node | min | max | last |", "|---|---|---|---|---|"]
         for m in bundle.metrics:

@@ -10,6 +10,7 @@ lines are fed as signals, the values the Ray collectors would produce.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -399,3 +400,13 @@ def test_the_job_queue_is_exported_by_pool_with_waits_and_what_left_it():
                                                                                          ("failed",): 0}
     metrics.observe_queue(TickOutcome(waiting_by_pool={}))  # the queue emptied: its series go
     assert samples_of(_families(metrics), "argus_jobs_queued") == {}
+
+
+def test_training_metrics_are_exported_per_job_and_replaced_as_a_whole():
+    metrics = ArgusMetrics()
+    metrics.set_train_metrics({"grpo-1": {"loss": 0.5, "grad_norm": float("nan")}, "sft-2": {"lr": 2e-05}})
+    got = samples_of(_families(metrics), "argus_job_train_metric")  # labels as exposed: metric, submission_id
+    assert got[("loss", "grpo-1")] == 0.5 and math.isnan(got[("grad_norm", "grpo-1")])
+    assert got[("lr", "sft-2")] == 2e-05
+    metrics.set_train_metrics({"sft-2": {"lr": 1e-05}})  # grpo-1's series are gone with it
+    assert samples_of(_families(metrics), "argus_job_train_metric") == {("lr", "sft-2"): 1e-05}

@@ -159,3 +159,22 @@ def test_the_built_in_rules_load() -> None:
     assert rules.name_of("actor/grad_norm") == ("grad_norm", 1.0)
     assert rules.name_of("elapsed time per iteration (ms)") == ("step_time", 0.001)
     assert rules.name_of("epoch") is None
+
+
+def test_the_report_of_a_training_anomaly_shows_the_series_recent_values() -> None:
+    from detectors.engine import load_rules
+    from rca.engine import RcaEngine
+    from rca.redact import Redactor
+    from tests.support import make_incident
+
+    detector = TrainingHealthDetector()
+    [finding] = run(detector, [verl(s, grad_norm=1.0 + s / 100) for s in range(1, 30)]
+                    + [verl(30, grad_norm=float("inf"))])
+    incident = make_incident(category=Category.TRAINING_ANOMALY, reason=finding.reason, subject=finding.subject,
+                             summary=finding.summary, fingerprint=finding.fingerprint)
+    report = RcaEngine(load_rules([]), Redactor).report(incident, [finding], use_llm=False)
+    assert report.category is Category.TRAINING_ANOMALY and report.markdown.startswith("# training_anomaly on")
+    assert "is inf at step 30: training diverged" in report.markdown  # (Markdown escapes the underscore)
+    assert "Recent values of `grad_norm`" in report.markdown
+    assert "| step | 19 | 20 |" in report.markdown and "| 1.29 | inf |" in report.markdown
+    assert "training-resume-earlier" in str(report.data) or "resume from the last checkpoint before" in report.markdown
