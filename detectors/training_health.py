@@ -280,7 +280,6 @@ class TrainingHealthDetector:
 
     def detect(self, signals: Sequence[Signal]) -> list[Finding]:
         findings: list[Finding] = []
-        touched: dict[str, Signal] = {}
         for signal in signals:
             if signal.kind is not SignalKind.LOG_LINE or not signal.text:
                 continue
@@ -295,10 +294,9 @@ class TrainingHealthDetector:
                 job = self._jobs[job_id] = _Job(last_at=signal.observed_at)
                 self._forget_oldest(keep=job_id)
             job.last_at = signal.observed_at
+            # judged line by line: of two bad steps read in one poll, the first is the one to name
             if self._add(job, parsed) and not signal.attrs.get(keys.HISTORY):
-                touched[job_id] = signal
-        for job_id, signal in touched.items():
-            findings.extend(self._judge(job_id, self._jobs[job_id], signal))
+                findings.extend(self._judge(job_id, job, signal))
         return findings
 
     def recoveries(self) -> list[Recovery]:
