@@ -43,6 +43,7 @@ from prometheus_client import (
 
 from argus.pipeline import SourceStatus, TickResult
 from collectors.placement import JobPlacement
+from control.jobs import JobRecord
 from control.queue import TickOutcome
 from core.refs import refs_of
 from core.types import ActionState, Category, Finding, Incident, IncidentState
@@ -65,6 +66,7 @@ LATENCY_BUCKETS = (1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600, 660, 900, 1800, 360
 # A tick is normally well under a second; its collectors' timeouts (10 s each by default) make the slow tail.
 TICK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 # a queue wait: none, a replacement node joining (minutes), a busy cluster (hours)
+MAX_JOB_INFO_SERIES = 1000  # jobs running at once with an info series; more are left out (the newest listed first)
 QUEUE_WAIT_BUCKETS = (1, 5, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600)
 NOTIFICATION_OUTCOMES = ("sent", "failed")
 ACTION_OUTCOMES = tuple(s.value for s in (ActionState.SUCCEEDED, ActionState.FAILED, ActionState.SKIPPED,
@@ -152,6 +154,11 @@ class ArgusMetrics:
             "argus_job_train_metric", "A job's latest training metric from its step lines (loss, grad_norm, lr, "
             "step_time, score, entropy, ...: the allow-list of detectors/training.yaml)",
             ("submission_id", "metric"), registry=self.registry,
+        )
+        self.job_info = Gauge(
+            "argus_job_info", "1 for each job Argus submitted that Ray has not ended: its name, owner, workload and "
+            "W&B project and run URL (empty when none)",
+            ("submission_id", "name", "owner", "workload", "wandb_project", "wandb_url"), registry=self.registry,
         )
         self.jobs_queued = Gauge(
             "argus_jobs_queued", "Jobs waiting in Argus's job queue for their gang to fit, by pool (\"\": any node)",
@@ -269,6 +276,15 @@ class ArgusMetrics:
         for job_id, values in series.items():
             for name, value in values.items():
                 self.train_metric.labels(_label(job_id), name).set(value)
+
+    def set_job_info(self, records: Iterable[JobRecord]) -> None:
+        """Replace the info series with the jobs not yet ended (at most MAX_JOB_INFO_SERIES)."""
+        self.job_info.clear()
+        live = [r for r in records if not r.ended][:MAX_JOB_INFO_SERIES]
+        for r in live:
+            self.job_info.labels(_label(r.submission_id), _label(r.name or ""), _label(r.owner or ""),
+                                 _label(r.workload or ""), _label(r.wandb_project or ""),
+                                 _label(r.wandb_url or "")).set(1)
 
     def observe_queue(self, outcome: TickOutcome) -> None:
         """One tick of the job queue: the jobs still waiting by pool, the waits of those it started, what left it."""

@@ -74,6 +74,8 @@ MAX_LOG_BYTES = 8 * 1024 * 1024
 NO_AGENT_YET = "No available agent to submit job"  # Ray's answer while no node's agent can take a submission
 SUBMIT_RETRY_PAUSES_S = (1.0, 2.0, 4.0, 8.0)  # then Ray's answer stands
 USER_SUBFOLDERS = ("datasets", "models", "code")
+WANDB_PROJECT_KEY = "argus_wandb_project"  # Ray job metadata of a job with `wandb:`
+WANDB_URL_KEY = "argus_wandb_url"
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,8 @@ class JobRecord:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     mark: str | None = None  # the controller's last act on it: "stopped", "timed_out"
+    wandb_project: str | None = None  # a job with `wandb:`: its W&B project (the run's id is the submission id)
+    wandb_url: str | None = None  # where the run is seen (online runs with an entity)
 
     @property
     def ended(self) -> bool:
@@ -343,6 +347,8 @@ class JobController:
         )
         if resume_from is not None:
             env["ARGUS_RESUME_FROM"] = str(resume_from)
+        if spec.wandb is not None:
+            env.update(wandb_env(spec, submission_id, job_dir, lineage))
         entrypoint = spec.entrypoint
         if spec.working_dir is not None:
             # Ray's runtime_env working_dir would upload a copy; on shared storage we run in place.
@@ -356,6 +362,11 @@ class JobController:
             metadata[RESUME_FLAG_KEY] = spec.resume_flag
         if lineage is not None:
             metadata.update(lineage.metadata())
+        if spec.wandb is not None:
+            metadata[WANDB_PROJECT_KEY] = spec.wandb.project
+            url = spec.wandb.url(submission_id)
+            if url is not None:
+                metadata[WANDB_URL_KEY] = url
         call: dict[str, Any] = {
             "entrypoint": entrypoint,
             "submission_id": submission_id,
@@ -410,6 +421,7 @@ class JobController:
             started_at=_ms(info.start_time),
             ended_at=_ms(info.end_time),
             mark=mark.get("mark") if mark else None,
+            wandb_project=metadata.get(WANDB_PROJECT_KEY), wandb_url=metadata.get(WANDB_URL_KEY),
         )
 
     # -- stop and timeouts -------------------------------------------------------------------------
@@ -582,6 +594,21 @@ class JobController:
                 hint="the driver's node may be gone; read the job folder's logs/ instead",
             )
         return body
+
+
+def wandb_env(spec: JobSpec, submission_id: str, job_dir: Path, lineage: Lineage | None) -> dict[str, str]:
+    """The W&B environment of a job with `wandb:`: the run's id is the job's submission id and its group the chain's
+    first job, so a resubmission's run sits beside the one it continues; WANDB_DIR is the job's folder."""
+    assert spec.wandb is not None
+    w = spec.wandb
+    env = {"WANDB_PROJECT": w.project, "WANDB_NAME": w.run_name or spec.name, "WANDB_MODE": w.mode,
+           "WANDB_DIR": str(job_dir), "WANDB_RUN_ID": submission_id,
+           "WANDB_RUN_GROUP": lineage.root if lineage is not None else submission_id}
+    if w.entity is not None:
+        env["WANDB_ENTITY"] = w.entity
+    if w.base_url is not None:
+        env["WANDB_BASE_URL"] = w.base_url
+    return env
 
 
 def _timeout_reason(status: str, age_s: float, timeout_s: float, call: dict[str, Any] | None) -> str:

@@ -115,6 +115,33 @@ _ENV_SCHEMA: JsonDict = {
 }
 
 
+_WANDB_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+# The W&B environment Argus sets for a job with `wandb:` (control/jobs.py): the spec's env may not set these too.
+WANDB_ENV_KEYS = frozenset({"WANDB_PROJECT", "WANDB_NAME", "WANDB_ENTITY", "WANDB_MODE", "WANDB_DIR", "WANDB_RUN_ID",
+                            "WANDB_RUN_GROUP", "WANDB_BASE_URL"})
+
+
+class WandbSpec(BaseModel):
+    """Weights & Biases for a job: Argus sets its environment; the run's id is the submission id, its group the
+    chain of resubmissions, and its files land in the job's folder (`wandb/`), offline runs included."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    project: str = Field(pattern=_WANDB_NAME)
+    run_name: str | None = Field(default=None, pattern=_WANDB_NAME, description="default: the job's name")
+    entity: str | None = Field(default=None, pattern=_WANDB_NAME, description="the team or user; names the run's URL")
+    mode: Literal["offline", "online"] = Field(default="offline", description="offline: the run is kept in the "
+                                               "job's folder, to `wandb sync` from a machine that reaches W&B")
+    base_url: str | None = Field(default=None, pattern=r"^https?://[A-Za-z0-9.-]{1,253}(:\d{1,5})?(/[\w./-]{0,200})?$",
+                                 description="a self-hosted W&B server; default https://wandb.ai")
+
+    def url(self, run_id: str) -> str | None:
+        """Where the run is seen: online with an entity only (offline runs are synced later, by hand)."""
+        if self.mode != "online" or self.entity is None:
+            return None
+        return f"{(self.base_url or 'https://wandb.ai').rstrip('/')}/{self.entity}/{self.project}/runs/{run_id}"
+
+
 class JobSpec(BaseModel):
     """One job to submit. See the module docstring for what is validated and why."""
 
@@ -153,6 +180,7 @@ class JobSpec(BaseModel):
                                     "to resume from, e.g. --resume: a resubmission passes the newest one",
                                     json_schema_extra={"pattern": r"^--?[A-Za-z][A-Za-z0-9_.-]{0,63}$"})
     owner: str = Field(json_schema_extra={"pattern": r"^[a-z_][a-z0-9_.-]{0,31}$"})
+    wandb: WandbSpec | None = Field(default=None, description="log the run to Weights & Biases (offline by default)")
     submission_id: str | None = Field(default=None,
                                       json_schema_extra={"pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"})
 
@@ -252,6 +280,15 @@ class JobSpec(BaseModel):
         if total > MAX_ENV_TOTAL_CHARS:
             raise ValueError(f"is larger than {MAX_ENV_TOTAL_CHARS} characters in all")
         return v
+
+    @model_validator(mode="after")
+    def _wandb_vs_env(self) -> JobSpec:
+        if self.wandb is not None:
+            both = sorted(WANDB_ENV_KEYS & set(self.env))
+            if both:
+                raise ValueError(f"sets {', '.join(both)} in env and W&B with `wandb:`: say it once, in `wandb:` "
+                                 "(Argus sets those variables from it)")
+        return self
 
     @model_validator(mode="after")
     def _pool_vs_labels(self) -> JobSpec:

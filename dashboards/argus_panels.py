@@ -134,15 +134,18 @@ def stat(title: str, queries: list[Target], *, unit: str = "none", description: 
 
 
 def table(title: str, queries: list[Target], *, description: str = "", width: int = 12, height: int = 8,
-          rename: dict[str, str] | None = None, unit: str = "", sort_by: str | None = None) -> Table:
+          rename: dict[str, str] | None = None, unit: str = "", sort_by: str | None = None,
+          link_columns: dict[str, str] | None = None, hide: tuple[str, ...] = ()) -> Table:
     """Instant queries in table format, merged into one table (one row per shared label set).
 
-    `rename` maps Grafana's column names ("Value #A", a label name) to headers; the Time column is hidden.
+    `rename` maps Grafana's column names ("Value #A", a label name) to headers; the Time column is hidden, and the
+    columns in `hide`. `link_columns`: column (as renamed) -> link title: the cell's own text is the link's URL.
     """
     transformations: list[dict[str, Any]] = [{"id": "merge", "options": {}}]
     transformations.append({
         "id": "organize",
-        "options": {"excludeByName": {"Time": True}, "indexByName": {}, "renameByName": rename or {}},
+        "options": {"excludeByName": {"Time": True, **{h: True for h in hide}}, "indexByName": {},
+                    "renameByName": rename or {}},
     })
     panel = Table(
         title=title,
@@ -154,8 +157,17 @@ def table(title: str, queries: list[Target], *, description: str = "", width: in
         filterable=True,
         gridPos=GridPos(h=height, w=width, x=0, y=0),
     )
+    extra: dict[str, Any] = {}
     if sort_by:
-        panel.extraJson = {"options": {"sortBy": [{"displayName": sort_by, "desc": True}]}}
+        extra["options"] = {"sortBy": [{"displayName": sort_by, "desc": True}]}
+    if link_columns:
+        extra["fieldConfig"] = {"defaults": {}, "overrides": [
+            {"matcher": {"id": "byName", "options": column},
+             "properties": [{"id": "links",
+                             "value": [{"title": title, "url": "${__value.text}", "targetBlank": True}]}]}
+            for column, title in link_columns.items()]}
+    if extra:
+        panel.extraJson = extra
     return panel
 
 

@@ -65,6 +65,12 @@ panels = [
     timeseries("Step", targets((f"argus_job_step{{{JOB}}}", "step")), unit="short",
                description="The last training step Argus has seen; a flat line while GPUs idle is a stall."),
     row("Training metrics"),
+    table("W&B run", [target(f"argus_job_info{{{JOB}}}", instant=True, table=True)],
+          rename={"wandb_project": "W&B project", "wandb_url": "W&B run"}, link_columns={"W&B run": "open the run"},
+          hide=("Value", "__name__", "job", "instance", "name", "owner", "workload", "submission_id"),
+          width=24, height=3,
+          description="A job submitted with `wandb:` logs to this project; its run id is the submission id. Offline "
+                      "runs are in the job's folder (jobs/<submission id>/wandb) until `wandb sync`."),
     timeseries("Loss", targets(*((f'argus_job_train_metric{{{JOB}, metric="{m}"}}', m)
                                  for m in ("loss", "pg_loss", "vf_loss"))), legend_table=True,
                description="From the job's step lines (verl, Hugging Face Trainer, Megatron). NaN and spikes open a "

@@ -410,3 +410,16 @@ def test_training_metrics_are_exported_per_job_and_replaced_as_a_whole():
     assert got[("lr", "sft-2")] == 2e-05
     metrics.set_train_metrics({"sft-2": {"lr": 1e-05}})  # grpo-1's series are gone with it
     assert samples_of(_families(metrics), "argus_job_train_metric") == {("lr", "sft-2"): 1e-05}
+
+
+def test_job_info_names_the_running_jobs_and_their_wandb_runs():
+    from control.jobs import JobRecord
+
+    metrics = ArgusMetrics()
+    metrics.set_job_info([
+        JobRecord("grpo-1", "RUNNING", None, name="grpo", owner="alice", workload="grpo", wandb_project="qwen",
+                  wandb_url="https://wandb.ai/team/qwen/runs/grpo-1"),
+        JobRecord("sft-2", "SUCCEEDED", None, name="sft", owner="bob", workload="sft"),
+    ])
+    assert samples_of(_families(metrics), "argus_job_info") == {  # labels as exposed, in name order
+        ("grpo", "alice", "grpo-1", "qwen", "https://wandb.ai/team/qwen/runs/grpo-1", "grpo"): 1}
