@@ -20,7 +20,19 @@ from argus.store.tokens import Role, allows
 from argus.web import ROUTERS
 from argus.web.sessions import LoginThrottle, Sessions
 from argus.web.ui import WebUi
-from core.types import ActionState, Category, Evidence, Finding, IncidentState, Report, Severity, Subject, SubjectKind
+from core.types import (
+    ActionState,
+    Category,
+    Evidence,
+    Finding,
+    IncidentState,
+    Report,
+    Severity,
+    Signal,
+    SignalKind,
+    Subject,
+    SubjectKind,
+)
 from tests.web.conftest import NODE_IP, SID, TOKEN_NAMES, Site, build_site, csrf_of, login
 
 ROLES = (Role.VIEWER, Role.OPERATOR, Role.AGENT, Role.ADMIN)
@@ -182,6 +194,27 @@ def test_the_jobs_page_shows_the_queue_while_ray_is_down_and_a_user_sees_their_o
     assert login(user, site.store.create_token("alice", Role.USER, created_by="tests")[1]).status_code == 303
     mine = user.get("/ui/jobs").text
     assert "grpo-alice" in mine and "huge-alice" in mine and "sft-bob" not in mine
+
+
+def test_a_training_anomaly_shows_the_series_that_fired_as_a_small_chart(site: Site) -> None:
+    from argus.web.render import sparkline
+    from detectors.training_health import TrainingHealthDetector
+
+    detector = TrainingHealthDetector()
+    found = []
+    for step in range(1, 31):
+        norm = "nan" if step == 30 else f"{1 + step / 100:.3f}"
+        found += detector.detect([Signal(kind=SignalKind.LOG_LINE, source="/shared/jobs/grpo-9/logs/train.log",
+                                         text=f"step:{step} - actor/grad_norm:{norm}",
+                                         subject=Subject(kind=SubjectKind.JOB, id="grpo-9"))])
+    [finding] = found
+    incident, _ = site.store.record_finding(finding)
+    html = client_for(site, Role.VIEWER).get(f"/ui/incidents/{incident.id}").text
+    assert '<figure class="spark"><svg' in html and 'class="spark-bad"' in html
+    assert "grad_norm, steps 11–30 (red: not a number)" in html
+    # whatever the attrs hold, only numbers are drawn
+    assert sparkline([[1, "<script>"], [2, 1.0], "x", [None, 3]], "<b>") == sparkline([[1, "nan"], [2, 1.0]], "<b>")
+    assert "<b>" not in sparkline([[1, 0.5], [2, 1.0]], "<b>") and sparkline("junk") == ""
 
 
 def test_without_remediation_steps_are_shown_and_not_decided(site: Site) -> None:
