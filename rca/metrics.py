@@ -9,7 +9,9 @@ temperature and power (max), the last Xid, and host memory used against total.
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -32,6 +34,19 @@ QUERIES: tuple[tuple[str, str, str], ...] = (
     ("gpu_last_xid", "", 'max by (instance) (DCGM_FI_DEV_XID_ERRORS{{instance=~"{re_ip}:.*"}})'),
     ("host_mem_used_ratio", "", 'max(ray_node_mem_used{{ip="{ip}"}}) / max(ray_node_mem_total{{ip="{ip}"}})'),
 )
+
+
+# A straggler suspect (steps slowing down, detectors/training_health.py StepSlowdown): each of the job's GPUs is
+# compared with the job's others over the same window, and one that stands out is named. (name, unit, DCGM field,
+# which way is bad, the share of the job's median past which it stands out)
+STRAGGLER_REASONS = frozenset({"StepSlowdown"})
+GPU_READINGS: tuple[tuple[str, str, str, str, float], ...] = (
+    ("sm_clock", "MHz", "DCGM_FI_DEV_SM_CLOCK", "low", 0.8),  # a throttled GPU runs its SMs slower
+    ("gpu_util", "%", "DCGM_FI_DEV_GPU_UTIL", "low", 0.7),
+    ("power", "W", "DCGM_FI_DEV_POWER_USAGE", "low", 0.7),
+    ("temp", "C", "DCGM_FI_DEV_GPU_TEMP", "high", 1.15),
+)
+MIN_GPUS_COMPARED = 3  # with fewer there is no "the others" to stand out from
 
 
 class PrometheusMetricsReader:
@@ -57,7 +72,35 @@ class PrometheusMetricsReader:
                     summary = _summarise(name, unit, {"node_ip": ip, **series.get("metric", {})}, series)
                     if summary is not None:
                         summaries.append(summary)
+        if incident.reason in STRAGGLER_REASONS:
+            summaries += self.stragglers(self.node_ips(incident), start, end)
         return summaries
+
+    def stragglers(self, ips: list[str], start: datetime, end: datetime) -> list[MetricSummary]:
+        """The job's GPUs (on `ips`) whose mean reading over the window stands out from the job's median, as
+        `straggler_<reading>` summaries labelled with the GPU and the job's median."""
+        if not ips:
+            return []
+        re_ips = "|".join(re.escape(ip).replace("\\", "\\\\") for ip in ips)
+        found: list[MetricSummary] = []
+        for name, unit, field, way, share in GPU_READINGS:
+            means: list[tuple[str, str, float]] = []
+            for series in self.client.query_range(f'{field}{{instance=~"({re_ips}):.*"}}', start, end, self.step_s):
+                labels = series.get("metric", {})
+                values = [float(v) for _, v in series.get("values") or [] if _number(v)]
+                if values:
+                    ip = str(labels.get("instance", "")).rsplit(":", 1)[0]
+                    means.append((ip, str(labels.get("gpu", "?")), sum(values) / len(values)))
+            if len(means) < MIN_GPUS_COMPARED:
+                continue
+            median = statistics.median(v for _, _, v in means)
+            for ip, gpu, mean in means:
+                if (way == "low" and mean < share * median) or (way == "high" and mean > share * median):
+                    found.append(MetricSummary(
+                        name=f"straggler_{name}", unit=unit, points=1, min=round(mean, 3), max=round(mean, 3),
+                        last=round(mean, 3), labels={"node_ip": ip, "gpu": gpu, "job_median": f"{median:.4g}"},
+                        first_at=start, last_at=end))
+        return found
 
     def node_ips(self, incident: Incident) -> list[str]:
         own = incident.attrs.get("node_ip")
@@ -72,6 +115,13 @@ class PrometheusMetricsReader:
         promql = f'max by (node_ip) (max_over_time(argus_job_gpus{{submission_id="{sid}"}}[1h]))'
         ips = {s.get("metric", {}).get("node_ip") for s in self.client.query(promql)}
         return sorted(ip for ip in ips if isinstance(ip, str) and _IP.match(ip))[:MAX_NODES]
+
+
+def _number(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
 
 
 def _summarise(name: str, unit: str, labels: dict[str, str], series: dict[str, Any]) -> MetricSummary | None:

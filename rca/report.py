@@ -126,6 +126,7 @@ class ReportInput:
     curves: tuple[tuple[str, tuple[tuple[int, str], ...]], ...] = ()
 
 
+STRAGGLER_PREFIX = "straggler_"  # rca/metrics.py names a GPU that stands out from the job's others so
 CURVE_POINTS = 12  # the values of a training series a report shows: enough to see the turn, narrow enough to read
 
 
@@ -183,6 +184,12 @@ def render(inp: ReportInput) -> Report:
                "| step | " + " | ".join(str(step) for step, _ in last) + " |",
                "|---|" + "---|" * len(last),
                f"| {_cell(series)} | " + " | ".join(_cell(value) for _, value in last) + " |"]
+    suspects = [m for m in bundle.metrics if m.name.startswith(STRAGGLER_PREFIX)]
+    if suspects:
+        md += ["", "Straggler suspects (each of the job's GPUs against the job's others, over the same window):", ""]
+        md += [f"- GPU {_inline(m.labels.get('gpu', '?'))} on {_inline(m.labels.get('node_ip', '?'))}: "
+               f"{m.name[len(STRAGGLER_PREFIX):].replace('_', ' ')} {m.last:g} {m.unit} against the job's median of "
+               f"{_inline(m.labels.get('job_median', '?'))} {m.unit}" for m in suspects]
     if bundle.metrics:
         md += ["", "| metric | node | min | max | last |", "|---|---|---|---|---|"]
         for m in bundle.metrics:
@@ -270,6 +277,8 @@ def render(inp: ReportInput) -> Report:
             "refused_steps": refused,
         },
         "evidence": [e.model_dump(mode="json") for e in bundle.evidence],
+        "metrics": [m.model_dump(mode="json") for m in bundle.metrics],  # readings around it; straggler_* suspects
+        "curves": {series: [[step, value] for step, value in points] for series, points in inp.curves},
         "timeline": [{"at": w, "event": e} for w, e in _timeline(inp, analysis if accepted else None)],
         "impact": inp.impact.as_dict(),
         "recommended_actions": list(dict.fromkeys(steps)),
