@@ -40,8 +40,9 @@ TEST_FOLDERS = sorted(p for p in TEST_FOLD.iterdir() if p.is_dir())
 MIN_CASES = 60
 MIN_ACCURACY = 0.9
 # idle_gpu is found from GPU metrics (utilisation held at zero by a job), unschedulable from Ray's job and
-# placement-group state, never from a log line alone.
-NOT_FROM_LOGS = {Category.IDLE_GPU, Category.UNSCHEDULABLE}
+# placement-group state, training_anomaly from a job's step metrics judged as series (detectors/training_health.py,
+# tested on real excerpts in tests/detectors/test_training_health_real_logs.py), never from a log line alone.
+NOT_FROM_LOGS = {Category.IDLE_GPU, Category.UNSCHEDULABLE, Category.TRAINING_ANOMALY}
 LOG_CATEGORIES = {c for c in Category if c not in NOT_FROM_LOGS}
 
 
