@@ -1,7 +1,8 @@
 """Training health on a real job: a trainer on the session's Ray cluster prints verl's step lines into its job
 folder's log (as verl's scripts `tee` them), its steps slow down threefold for a few steps, then its loss turns
-NaN. Argus's loop (the job-log collector, the training-health detector, the exporter) finds the slowdown, then the
-NaN, and the job's series are in the session's Prometheus, scraped from Argus's /metrics.
+NaN (stage/localstack/jobs/metrics_trainer.py: verl's metrics line with real-looking noise). Argus's loop (the
+job-log collector, the training-health detector, the exporter) finds the slowdown, then the NaN, and the job's
+series are in the session's Prometheus, scraped from Argus's /metrics.
 
 Real: the Ray cluster, the job (submitted through the Jobs API, its steps timed by its own clock), the log file
 on disk, JobLogsCollector, Pipeline, ArgusMetrics under uvicorn, Prometheus scraping it. Nothing is simulated.
@@ -9,8 +10,8 @@ on disk, JobLogsCollector, Pipeline, ArgusMetrics under uvicorn, Prometheus scra
 
 from __future__ import annotations
 
+import shutil
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -26,34 +27,19 @@ from control.jobs import JobController
 from control.jobspec import JobSpec
 from core.types import Category, IncidentState, Severity
 from detectors.training_health import TrainingHealthDetector
+from stage.localstack.jobs import JOBS_DIR
 from tests.helpers import served_app, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.prometheus, pytest.mark.timeout(300)]
 
-TRAINER = textwrap.dedent("""
-    import math, os, pathlib, random, time
-    log = open(pathlib.Path(os.environ["ARGUS_JOB_DIR"]) / "logs" / "train.log", "a")
-    rng = random.Random(5)
-    for step in range(1, 61):
-        took = 0.3 * (3.0 if 26 <= step <= 29 else 1.0) * (1 + rng.uniform(-0.05, 0.05))
-        time.sleep(took)
-        loss = float("nan") if step >= 45 else 2.0 * math.exp(-step / 40) + rng.gauss(0, 0.02)
-        norm = 1 + rng.gauss(0, 0.05)
-        line = (f"(TaskRunner pid=1) step:{step} - actor/pg_loss:{loss:.4f} - actor/grad_norm:{norm:.4f}"
-                f" - actor/entropy:{1.1 - step * 0.002:.4f} - critic/score/mean:{0.2 + step * 0.005:.4f}"
-                f" - timing_s/step:{took:.4f}")
-        print(line, flush=True)
-        log.write(line + "\\n")
-        log.flush()
-    time.sleep(600)
-""")
+ARGS = "--steps 60 --step-s 0.3 --slow-from 26 --slow-steps 4 --slow-factor 3 --nan-at 45 --hold 600"
 
 
 def test_a_real_job_whose_steps_slow_down_and_loss_turns_nan(ray_cluster, prometheus_stack, tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     code = shared / "code"
     code.mkdir(parents=True)
-    (code / "train.py").write_text(TRAINER)
+    shutil.copy(JOBS_DIR / "metrics_trainer.py", code / "train.py")
     store = Store(f"sqlite:///{tmp_path / 'argus.db'}")
     jobs = JobController(ray_cluster.dashboard_url, shared, code_roots=[shared])
     metrics = ArgusMetrics()
@@ -63,7 +49,7 @@ def test_a_real_job_whose_steps_slow_down_and_loss_turns_nan(ray_cluster, promet
                         on_tick=lambda _r: metrics.set_train_metrics(detector.series()))
     prometheus = prometheus_stack.prometheus
     sid = jobs.submit(JobSpec(name="train-health", workload="grpo", owner="alice", entrypoint=f"{sys.executable} "
-                              "train.py", code_path=str(code), working_dir=str(code))).submission_id
+                              f"train.py {ARGS}", code_path=str(code), working_dir=str(code))).submission_id
     try:
         with served_app(create_app(store=store, metrics=metrics)) as url:
             prometheus.set_targets("argus-training", [url.removeprefix("http://")])
@@ -89,7 +75,8 @@ def test_a_real_job_whose_steps_slow_down_and_loss_turns_nan(ray_cluster, promet
             assert 0.5 < float(series[0]["value"][1]) < 1.5
             names = {s["metric"]["metric"] for s in prometheus.wait_for_series(
                 f'argus_job_train_metric{{submission_id="{sid}"}}', timeout=30, min_series=5)}
-            assert names == {"pg_loss", "grad_norm", "entropy", "score", "step_time"}
+            assert {"pg_loss", "grad_norm", "entropy", "score", "step_time", "response_clip_ratio", "lr",
+                    "timing_gen"} <= names
     finally:
         prometheus.set_targets("argus-training", [])
         jobs.stop(sid, reason="test done")

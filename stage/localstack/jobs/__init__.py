@@ -6,7 +6,9 @@
 - cuda_oom.py: a rank that fails the way PyTorch's CUDA allocator does (simulated: no GPU here);
 - idle_gpus.py: an actor that holds GPUs and does nothing with them;
 - hydra_trainer.py: a resumable trainer with verl's command line (Hydra overrides) and checkpoint layout;
-- flag_trainer.py: a resumable trainer that takes its checkpoint as `--resume PATH`.
+- flag_trainer.py: a resumable trainer that takes its checkpoint as `--resume PATH`;
+- metrics_trainer.py: a GRPO-like run printing verl's per-step metrics with real-looking noise, healthy unless asked
+  for a NaN, a slowdown or a collapse.
 """
 
 from pathlib import Path
