@@ -21,8 +21,9 @@ DCGM_UTIL_BY_NODE_IP = node_ip("DCGM_FI_DEV_GPU_UTIL")
 # GPU index a job got, so a job's GPUs are known per node only).
 IDLE_NODES = f"max by (node_ip) ({DCGM_UTIL_BY_NODE_IP}) < {IDLE_BELOW}"
 IDLE_HELD = f"argus_job_gpus and on (node_ip) ({IDLE_NODES})"
-# Idle GPUs are waste and a job waiting for a place (unschedulable) never started: neither is an interruption.
-NOT_INTERRUPTIONS = 'category!~"idle_gpu|unschedulable"'
+# Idle GPUs are waste, a job waiting for a place (unschedulable) never started, and a training anomaly's job runs on:
+# none is an interruption.
+NOT_INTERRUPTIONS = 'category!~"idle_gpu|unschedulable|training_anomaly"'
 # Scrape jobs named as in alert_rules/ (".*ray.*", ".*dcgm.*"); rename in a copy if yours differ.
 UP_RAY = 'up{job=~".*ray.*"}'
 UP_DCGM = 'up{job=~".*dcgm.*"}'
@@ -136,8 +137,8 @@ panels = [
         [target(f"sum by (category) (increase(argus_incidents_opened_total{{{NOT_INTERRUPTIONS}}}[1d]))",
                 "{{category}}", interval="1d")],
         bars=True, stacked=True, width=24, legend_table=True,
-        description="Incidents Argus opened per day, by category; idle GPUs and jobs waiting for a place "
-                    "(unschedulable) are not interruptions and are left out.",
+        description="Incidents Argus opened per day, by category; idle GPUs, jobs waiting for a place "
+                    "(unschedulable) and training anomalies (the job runs on) are not interruptions and are left out.",
     ),
 ]
 
