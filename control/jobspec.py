@@ -98,11 +98,18 @@ _LABELS_SCHEMA: JsonDict = {
     "properties": {key: {"type": "string", "pattern": POOL_NAME_PATTERN} for key in (POOL_LABEL, OLD_POOL_KEY)},
 }
 _POOL_IN_LABELS: JsonDict = {"anyOf": [{"required": [POOL_LABEL]}, {"required": [OLD_POOL_KEY]}]}
+# The W&B environment Argus sets for a job with `wandb:` (control/jobs.py): the spec's env may not set these too.
+WANDB_ENV_KEYS = frozenset({"WANDB_PROJECT", "WANDB_NAME", "WANDB_ENTITY", "WANDB_MODE", "WANDB_DIR", "WANDB_RUN_ID",
+                            "WANDB_RUN_GROUP", "WANDB_BASE_URL"})
+
 _ONE_POOL_SCHEMA: JsonDict = {  # the pool is named in one place: `pool`, or one of the two label spellings
     "allOf": [
         {"properties": {"labels": {"not": {"required": [POOL_LABEL, OLD_POOL_KEY]}}}},
         {"if": {"required": ["pool"], "properties": {"pool": {"type": "string"}}},
          "then": {"properties": {"labels": {"not": _POOL_IN_LABELS}}}},
+        # and W&B is said in one place: with `wandb:`, the env may not set what Argus sets from it
+        {"if": {"required": ["wandb"], "properties": {"wandb": {"type": "object"}}},
+         "then": {"properties": {"env": {"propertyNames": {"not": {"enum": sorted(WANDB_ENV_KEYS)}}}}}},
     ],
 }
 _RESOURCES_SCHEMA: JsonDict = {"maxProperties": MAX_RESOURCES, "propertyNames": {"pattern": RESOURCE_NAME_PATTERN},
@@ -116,10 +123,8 @@ _ENV_SCHEMA: JsonDict = {
 
 
 _WANDB_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
-# The W&B environment Argus sets for a job with `wandb:` (control/jobs.py): the spec's env may not set these too.
-WANDB_ENV_KEYS = frozenset({"WANDB_PROJECT", "WANDB_NAME", "WANDB_ENTITY", "WANDB_MODE", "WANDB_DIR", "WANDB_RUN_ID",
-                            "WANDB_RUN_GROUP", "WANDB_BASE_URL"})
-
+# ASCII classes only: JSON Schema's \w is ASCII and the validator's Unicode, and the two must refuse alike
+_WANDB_BASE_URL = r"^https?://[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?(/[A-Za-z0-9_./-]{0,200})?$"
 
 class WandbSpec(BaseModel):
     """Weights & Biases for a job: Argus sets its environment; the run's id is the submission id, its group the
@@ -132,7 +137,7 @@ class WandbSpec(BaseModel):
     entity: str | None = Field(default=None, pattern=_WANDB_NAME, description="the team or user; names the run's URL")
     mode: Literal["offline", "online"] = Field(default="offline", description="offline: the run is kept in the "
                                                "job's folder, to `wandb sync` from a machine that reaches W&B")
-    base_url: str | None = Field(default=None, pattern=r"^https?://[A-Za-z0-9.-]{1,253}(:\d{1,5})?(/[\w./-]{0,200})?$",
+    base_url: str | None = Field(default=None, pattern=_WANDB_BASE_URL,
                                  description="a self-hosted W&B server; default https://wandb.ai")
 
     def url(self, run_id: str) -> str | None:

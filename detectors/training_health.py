@@ -121,7 +121,7 @@ class SeriesSpec(_Strict):
 
 class TrainingRule(_Strict):
     id: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9]{0,63}$")
-    kind: Literal["non_finite", "spike", "slowdown", "collapse", "above"]
+    kind: Literal["non_finite", "spike", "slowdown", "collapse", "drop", "above"]
     series: list[str] = Field(min_length=1)
     severity: Severity = Severity.WARNING
     summary: str
@@ -137,7 +137,7 @@ class TrainingRule(_Strict):
 
     @property
     def ends(self) -> bool:
-        return self.kind in ("slowdown", "collapse", "above")
+        return self.kind in ("slowdown", "collapse", "drop", "above")
 
 
 class TrainingRules(_Strict):
@@ -246,6 +246,14 @@ def judge(rule: TrainingRule, points: Sequence[tuple[int, float]], start: Sequen
         median = statistics.median(before)
         return {"step": step, "value": value, "median": median} if median > 0 and all(
             v >= rule.factor * median for v in recent) else None
+    if rule.kind == "drop":
+        before = _finite(values[-rule.for_steps - rule.window:-rule.for_steps])
+        if len(before) < rule.min_points:
+            return None
+        median = statistics.median(before)
+        spread = 1.4826 * statistics.median(abs(v - median) for v in before)
+        floor = median - max(rule.z * spread, rule.fraction * abs(median))
+        return {"step": step, "value": value, "median": median} if all(v < floor for v in recent) else None
     if rule.kind == "collapse":
         base = _finite(start[: rule.baseline_points])
         if len(base) < rule.baseline_points or len(values) < rule.baseline_points + rule.for_steps:

@@ -111,6 +111,19 @@ def test_rl_collapse_signs_are_warnings() -> None:
     assert len({f.fingerprint for f in found}) == 2  # one incident per rule and job
 
 
+def test_a_reward_that_falls_and_stays_down_is_a_collapse_and_a_dip_is_not() -> None:
+    rng = random.Random(3)
+    rising = [verl(s, score=min(1.0, 0.2 + 0.6 * (1 - math.exp(-s / 400)) + rng.gauss(0, 0.05)))
+              for s in range(1, 150)]
+    dip = [verl(s, score=0.05) for s in range(150, 155)] + [verl(s, score=0.35) for s in range(155, 170)]
+    detector = TrainingHealthDetector()
+    assert run(detector, rising + dip) == []  # five bad steps, then back: not a collapse
+    fallen = [verl(s, score=0.05 + rng.gauss(0, 0.01)) for s in range(170, 185)]
+    [collapse] = run(detector, fallen)
+    assert collapse.reason == "RewardCollapse" and collapse.severity is Severity.WARNING
+    assert collapse.attrs["step"] == 179 and "the policy's reward collapsed" in collapse.summary
+
+
 def test_ranks_printing_one_step_make_one_value_and_jobs_are_apart() -> None:
     detector = TrainingHealthDetector()
     for _rank in range(8):
@@ -155,7 +168,7 @@ def test_bad_rule_files_are_refused_naming_the_problem(tmp_path: Path, text: str
 def test_the_built_in_rules_load() -> None:
     rules = load_training_rules()
     assert {r.id for r in rules.rules} == {"NonFiniteLossOrGradient", "LossSpike", "StepSlowdown",
-                                          "EntropyCollapse", "ResponsesAtLengthCap"}
+                                          "EntropyCollapse", "RewardCollapse", "ResponsesAtLengthCap"}
     assert rules.name_of("actor/grad_norm") == ("grad_norm", 1.0)
     assert rules.name_of("elapsed time per iteration (ms)") == ("step_time", 0.001)
     assert rules.name_of("epoch") is None

@@ -4,8 +4,8 @@ length, and a step takes its time (jittered), longer on checkpoint steps (every 
 (every --test-every). Lines go to stdout and, as verl's scripts `tee` them, to $ARGUS_JOB_DIR/logs/train.log.
 
 Faults on request: --nan-at N (the policy loss and gradient norm turn NaN from step N), --slow-from N --slow-steps K
---slow-factor F (K steps F times slower from step N: a throttled GPU), --collapse-at N (entropy falls to near zero
-and responses hit the length cap from step N). Without them the run is healthy: what Argus must not call a fault.
+--slow-factor F (K steps F times slower from step N: a throttled GPU), --collapse-at N (entropy falls to near zero,
+the reward to nothing and responses hit the length cap from step N). Without them the run is healthy: what Argus must not call a fault.
 
     python metrics_trainer.py --steps 600 --step-s 1.0 [--seed 7] [faults]
 """
@@ -52,7 +52,8 @@ def main() -> None:
         pg_loss = float("nan") if broken else rng.gauss(0.0, 0.02)
         grad_norm = float("nan") if broken else math.exp(rng.gauss(-0.2, 0.25))
         entropy = 0.02 if collapsed else max(0.2, 1.2 * math.exp(-step / 3000) + rng.gauss(0, 0.02))
-        score = min(1.0, 0.2 + 0.6 * (1 - math.exp(-step / 400)) + rng.gauss(0, 0.05))
+        score = rng.gauss(0.03, 0.01) if collapsed else min(1.0, 0.2 + 0.6 * (1 - math.exp(-step / 400))
+                                                              + rng.gauss(0, 0.05))
         length = 1024.0 if collapsed else max(32.0, rng.gauss(300 + step * 0.1, 30))
         clip = 0.9 if collapsed else min(1.0, max(0.0, rng.gauss(0.02, 0.01)))
         gen = took * 0.55
