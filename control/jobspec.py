@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.json_schema import JsonDict
+from pydantic.json_schema import JsonDict, JsonValue
 
 from control.nodes import NAME_PATTERN as POOL_NAME_PATTERN
 from control.nodes import NAME_RE as POOL_NAME_RE
@@ -102,6 +102,7 @@ _POOL_IN_LABELS: JsonDict = {"anyOf": [{"required": [POOL_LABEL]}, {"required": 
 WANDB_ENV_KEYS = frozenset({"WANDB_PROJECT", "WANDB_NAME", "WANDB_ENTITY", "WANDB_MODE", "WANDB_DIR", "WANDB_RUN_ID",
                             "WANDB_RUN_GROUP", "WANDB_BASE_URL"})
 
+_WANDB_KEYS_SET: list[JsonValue] = [*sorted(WANDB_ENV_KEYS)]
 _ONE_POOL_SCHEMA: JsonDict = {  # the pool is named in one place: `pool`, or one of the two label spellings
     "allOf": [
         {"properties": {"labels": {"not": {"required": [POOL_LABEL, OLD_POOL_KEY]}}}},
@@ -109,7 +110,7 @@ _ONE_POOL_SCHEMA: JsonDict = {  # the pool is named in one place: `pool`, or one
          "then": {"properties": {"labels": {"not": _POOL_IN_LABELS}}}},
         # and W&B is said in one place: with `wandb:`, the env may not set what Argus sets from it
         {"if": {"required": ["wandb"], "properties": {"wandb": {"type": "object"}}},
-         "then": {"properties": {"env": {"propertyNames": {"not": {"enum": sorted(WANDB_ENV_KEYS)}}}}}},
+         "then": {"properties": {"env": {"propertyNames": {"not": {"enum": _WANDB_KEYS_SET}}}}}},
     ],
 }
 _RESOURCES_SCHEMA: JsonDict = {"maxProperties": MAX_RESOURCES, "propertyNames": {"pattern": RESOURCE_NAME_PATTERN},

@@ -32,7 +32,9 @@ def filer_of(request: Request) -> AlertFiler:
     return filer.start()
 
 
-@router.post(ALERTMANAGER_PATH, dependencies=[Depends(require(Role.OPERATOR))])
+# 202: filing takes longer than ALERT_WAIT_S (a storm, a busy host): the alerts are queued, and filed behind the answer
+@router.post(ALERTMANAGER_PATH, dependencies=[Depends(require(Role.OPERATOR))],
+             responses={202: {"description": "accepted and queued: filed within seconds, `queued` says how many"}})
 async def alertmanager(request: Request, body: Annotated[AlertmanagerWebhook, Body()]) -> Any:
     """Queue the alerts, then (where none were waiting) wait for them to be filed: firing alerts open or fold into
     incidents, resolved ones resolve the incident they opened."""

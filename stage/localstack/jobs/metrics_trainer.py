@@ -3,9 +3,10 @@ the loss falls with noise, the gradient norm wanders, the entropy drifts down, t
 length, and a step takes its time (jittered), longer on checkpoint steps (every --save-every) and validation steps
 (every --test-every). Lines go to stdout and, as verl's scripts `tee` them, to $ARGUS_JOB_DIR/logs/train.log.
 
-Faults on request: --nan-at N (the policy loss and gradient norm turn NaN from step N), --slow-from N --slow-steps K
---slow-factor F (K steps F times slower from step N: a throttled GPU), --collapse-at N (entropy falls to near zero,
-the reward to nothing and responses hit the length cap from step N). Without them the run is healthy: what Argus must not call a fault.
+Faults on request: --nan-at N (the policy loss and gradient norm turn NaN from step N), --slow-from N
+--slow-steps K --slow-factor F (K steps F times slower from step N: a throttled GPU), --collapse-at N (entropy
+falls to near zero, the reward to nothing and responses hit the length cap from step N). Without them the run is
+healthy: what Argus must not call a fault.
 
     python metrics_trainer.py --steps 600 --step-s 1.0 [--seed 7] [faults]
 """
