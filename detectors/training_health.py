@@ -58,6 +58,9 @@ MAX_POINTS = 200  # values kept per series: the longest window a rule may use, a
 RECENT_IN_FINDING = 20  # the values of the fired series a finding carries (the report shows them)
 _MATCH_CHARS = 16 * 1024  # a metrics line is long (verl prints ~60 metrics); a 100 MB line is not searched whole
 _JOB_KEYS = ("submission_id", "job", "job_id")
+# What every metrics line of the four forms holds: a line without any of them is not read further (every log line
+# of the cluster passes here, so the common case must cost a few substring checks)
+_MARKERS = ("step:", "{'", "iteration", "(train)")
 _NEVER = datetime.min.replace(tzinfo=timezone.utc)
 
 _NUMBER = r"[-+]?(?:nan|inf(?:inity)?|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
@@ -88,6 +91,8 @@ class StepMetrics:
 def parse_metrics(line: str) -> StepMetrics | None:
     """The step metrics a line prints, or None for any other line."""
     text = line[:_MATCH_CHARS]
+    if not any(marker in text for marker in _MARKERS):  # most lines: four substring checks, no regex
+        return None
     if (m := _VERL_STEP.search(text)) is not None:
         rest = text[m.start():]
         values = {p["key"]: _number(p["value"]) for p in _VERL_PAIR.finditer(rest) if p["key"] != "step"}
