@@ -19,7 +19,8 @@ from __future__ import annotations
 import builtins
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -236,7 +237,7 @@ class JobQueue:
             for entry in queued:
                 self.store.note(entry.submission_id, reason=outcome.error)
             outcome.waiting = len(queued)
-            outcome.waiting_by_pool = _count(waiting[e.submission_id] for e in queued)
+            outcome.waiting_by_pool = dict(Counter(waiting[e.submission_id] for e in queued))
             return outcome
         claims = self._claims(started, cluster, now, outcome)
         nodes = self._in_rotation(cluster)
@@ -251,9 +252,9 @@ class JobQueue:
                     self.store.note(entry.submission_id, reason=decision.reason)
             elif isinstance(decision, Admit):
                 self._start(entry, now, outcome)
-        outcome.waiting_by_pool = _count(waiting[e.submission_id] for e in queued
-                                         if e.submission_id not in outcome.started and e.submission_id not in
-                                         outcome.failed)
+        outcome.waiting_by_pool = dict(Counter(waiting[e.submission_id] for e in queued
+                                               if e.submission_id not in outcome.started and e.submission_id not in
+                                               outcome.failed))
         return outcome
 
     def _claims(self, started: Sequence[QueueEntry], cluster: ClusterGpus, now: datetime,
@@ -324,9 +325,3 @@ class JobQueue:
         return self.jobs.submit(entry.spec, resume_from=Path(resume) if resume else None,
                                 lineage=Lineage.from_metadata(lineage) if lineage else None)
 
-
-def _count(pools: Iterable[str]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for pool in pools:
-        counts[pool] = counts.get(pool, 0) + 1
-    return counts

@@ -102,3 +102,17 @@ def served_app(app: Any, lifespan: str = "off") -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+@contextmanager
+def own_ray_cluster(base: Path, head_ip: str, worker_ips: tuple[str, ...], worker_gpus: int = 0) -> Iterator[Any]:
+    """A Ray cluster of a test's own on loopback addresses no other test uses (the session's GPUs may be held by other
+    tests' jobs, and a test that counts GPUs must know what is free); stopped however the test ends."""
+    from stage.localstack.ray_cluster import RayCluster
+
+    cluster = RayCluster(base, head_ip=head_ip, worker_ips=worker_ips, worker_gpus=worker_gpus)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

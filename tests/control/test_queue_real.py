@@ -29,7 +29,7 @@ from argus.store.tokens import Role
 from control.jobs import JobController
 from control.queue import QueueState
 from stage.localstack.ray_cluster import RayCluster
-from tests.helpers import wait_until
+from tests.helpers import own_ray_cluster, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -53,13 +53,8 @@ HOLD = textwrap.dedent("""
 
 @pytest.fixture
 def own_ray(tmp_path: Path) -> Iterator[RayCluster]:
-    cluster = RayCluster(tmp_path / "ray", head_ip="127.0.0.12", worker_ips=("127.0.0.13", "127.0.0.14"),
-                         worker_gpus=4)
-    cluster.start()
-    try:
+    with own_ray_cluster(tmp_path / "ray", "127.0.0.12", ("127.0.0.13", "127.0.0.14"), worker_gpus=4) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 class Site:

@@ -33,7 +33,7 @@ from remediation.actions import Context
 from remediation.policy import Mode, load_policy
 from remediation.runner import Remediator
 from stage.localstack.ray_cluster import RayCluster
-from tests.helpers import wait_until
+from tests.helpers import own_ray_cluster, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -73,13 +73,8 @@ GANG_TRAINER = textwrap.dedent("""
 
 @pytest.fixture
 def own_ray(tmp_path: Path) -> Iterator[RayCluster]:
-    cluster = RayCluster(tmp_path / "ray", head_ip="127.0.0.15", worker_ips=("127.0.0.16", "127.0.0.17"),
-                         worker_gpus=4)
-    cluster.start()
-    try:
+    with own_ray_cluster(tmp_path / "ray", "127.0.0.15", ("127.0.0.16", "127.0.0.17"), worker_gpus=4) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def log_value(jobs: JobController, sid: str, key: str, timeout: float = 180) -> str:
