@@ -26,12 +26,12 @@ ok() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }
 # niced: the real-stack tests wait on processes that must answer in time (a raylet registering, a health check, a
 # job's steps); the unit tests only need the CPU that is left. 19, not less: Ray runs its workers (the test jobs'
 # ranks) at niceness 15, and unit tests at 10 took the CPU from them (the real-stack half ran twice as long).
-nice -n 19 "$PY" -m pytest -m "not ($REAL_STACK)" --basetemp="$base/unit" -p no:cacheprovider "$@" >"$unit_log" 2>&1 &
+nice -n 19 "$PY" -m pytest -m "not ($REAL_STACK)" --basetemp="$base/unit" -p no:cacheprovider --durations=25 "$@" >"$unit_log" 2>&1 &
 unit_pid=$!
 trap 'kill "$unit_pid" 2>/dev/null' INT TERM
 
 echo "== the tests that start a real stack (the others run beside them; their output follows) =="
-"$PY" -m pytest -m "$REAL_STACK" --basetemp="$base/stack" "$@"
+"$PY" -m pytest -m "$REAL_STACK" --basetemp="$base/stack" --durations=40 "$@"
 stack_rc=$?
 wait "$unit_pid"
 unit_rc=$?

@@ -60,13 +60,21 @@ def test_a_job_waiting_for_a_place_is_a_finding_that_closes_when_the_wait_ends(r
             found.setdefault(finding.subject.id, (finding, time.monotonic() - start))
         recovered.update((r.fingerprint, r) for r in detector.recoveries())
 
+    groups = client.submit_job(entrypoint=f"{sys.executable} {tmp_path / 'pg_driver.py'}",
+                               submission_id=f"waits-pg-{tag}", entrypoint_resources=ON_A_WORKER)
+    submitted.append(groups)
+    # the driver must be RUNNING with its group asked before the clock starts: on a loaded host its own start can
+    # take longer than pending_alert_s, and a driver not yet started is (rightly) a PENDING job's finding
+    try:
+        wait_until("the placement-group driver to ask for its group",
+                   lambda: "ASKED" in client.get_job_logs(groups), timeout=90)
+    except BaseException:
+        client.stop_job(groups)
+        raise
     start = time.monotonic()
     pending = client.submit_job(entrypoint="echo never", submission_id=f"waits-res-{tag}",
                                 entrypoint_resources={"no_such_thing": 1})
     submitted.append(pending)
-    groups = client.submit_job(entrypoint=f"{sys.executable} {tmp_path / 'pg_driver.py'}",
-                               submission_id=f"waits-pg-{tag}", entrypoint_resources=ON_A_WORKER)
-    submitted.append(groups)
     try:
         wait_until("a finding for each waiting job", lambda: poll() or {pending, groups} <= set(found), timeout=45)
         (resources, resources_s), (placement, placement_s) = found[pending], found[groups]
