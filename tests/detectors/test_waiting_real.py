@@ -67,7 +67,8 @@ def test_a_job_waiting_for_a_place_is_a_finding_that_closes_when_the_wait_ends(r
     # take longer than pending_alert_s, and a driver not yet started is (rightly) a PENDING job's finding
     try:
         wait_until("the placement-group driver to ask for its group",
-                   lambda: "ASKED" in client.get_job_logs(groups), timeout=90)
+                   lambda: any(s.subject.id == groups and s.attrs.get("waiting_groups")
+                               for s in collector.collect()), timeout=90)
     except BaseException:
         client.stop_job(groups)
         raise
