@@ -105,9 +105,8 @@ class ArgusService:
 
         replica = (settings.replica_id or default_replica_id()) if settings.leader_election else LOCAL_HOLDER
         self.alert_filer = alert_filer = AlertFiler(store, incidents, holder=replica, readers=readers).start()
-        chores = {"job timeouts": (control.jobs.enforce_timeouts, settings.job_timeout_check_s),
+        chores = {"jobs": (lambda: control.jobs.sweep(metrics.set_job_info), settings.job_timeout_check_s),
                   "job queue": (control.queue.tick, settings.job_queue_interval_s),
-                  "job info": (lambda: metrics.set_job_info(control.jobs.list()), settings.job_timeout_check_s),
                   "remediation": (remediator.run_pending, settings.remediation_interval_s)}
         inbox = None
         if settings.node_agents:  # an agent on every node sends what it reads; the poller covers nodes without one

@@ -47,7 +47,7 @@ import secrets
 import shlex
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from functools import partial
@@ -441,12 +441,23 @@ class JobController:
             message = f"job had already ended ({record.status}); nothing to stop"
         return replace(record, message=message, mark="stopped" if stopping else record.mark)
 
-    def enforce_timeouts(self) -> builtins.list[str]:
+    def sweep(self, observe_live: Callable[[builtins.list[JobRecord]], None]) -> builtins.list[str]:
+        """The periodic pass over Ray's job list, read once: stop the jobs past their timeout (enforce_timeouts),
+        then hand the Argus jobs not yet ended to `observe_live` (the exporter's job info). Ray down is one error
+        a pass, not one per use of the list."""
+        infos = self._call("list jobs", None, lambda: self.client.list_jobs())
+        stopped = self.enforce_timeouts(infos)
+        observe_live([self._record(i) for i in infos if i.submission_id and (i.metadata or {}).get("argus") == "1"
+                      and _status(i.status) not in TERMINAL])
+        return stopped
+
+    def enforce_timeouts(self, infos: Iterable[Any] | None = None) -> builtins.list[str]:
         """Stop each Argus job, RUNNING or still PENDING, whose time since submission is over its timeout_s,
-        mark it timed_out with the reason, and return their ids (see the module docstring for PENDING)."""
+        mark it timed_out with the reason, and return their ids (see the module docstring for PENDING). `infos`:
+        Ray's job list when the caller has read it already."""
         now = self.clock()
         stopped: builtins.list[str] = []
-        for info in self._call("list jobs", None, lambda: self.client.list_jobs()):
+        for info in self._call("list jobs", None, lambda: self.client.list_jobs()) if infos is None else infos:
             metadata = info.metadata or {}
             sid = info.submission_id
             status = _status(info.status)

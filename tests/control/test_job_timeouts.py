@@ -177,3 +177,27 @@ def test_a_job_gone_from_ray_meanwhile_is_skipped(
     with pytest.raises(NotFound):
         jobs.get(gone)
     assert jobs.enforce_timeouts() == [kept]
+
+
+def test_the_sweep_reads_rays_job_list_once_for_timeouts_and_the_live_jobs_info(
+    jobs: JobController, ray: Ray, clock: Clock
+) -> None:
+    late = submit(jobs, "late", timeout_s=60)
+    live = submit(jobs, "live")
+    done = submit(jobs, "done")
+    ray.set(late, JobStatus.RUNNING)
+    ray.set(live, JobStatus.RUNNING)
+    ray.set(done, JobStatus.SUCCEEDED)
+    ray.jobs["raysubmit_plain"] = JobDetails(type=JobType.SUBMISSION, submission_id="raysubmit_plain",
+                                             entrypoint="python train.py", status=JobStatus.RUNNING)
+    reads: list[int] = []
+    list_jobs = ray.list_jobs
+    ray.list_jobs = lambda: reads.append(1) or list_jobs()  # type: ignore[method-assign]
+    seen: list[list[str]] = []
+    clock.now = T0 + timedelta(seconds=61)
+
+    assert jobs.sweep(lambda records: seen.append(sorted(r.name or "" for r in records))) == [late]
+    # one read of Ray's list; the info names the Argus jobs not ended when it was read (the late one was RUNNING),
+    # never a finished job or one Argus did not submit
+    assert reads == [1] and seen == [["late", "live"]]
+    assert ray.stops == [late] and status_of(jobs, late)["mark"] == "timed_out"
