@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import socket
 import tempfile
@@ -103,6 +104,17 @@ def save_checkpoint(seconds: float, megabytes: int = 4) -> None:
             torch.save({"model": weights, "saves": saves}, path)
 
 
+RENDEZVOUS_MIN_PORT = 20000
+
+
+def ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default 32768 where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 @ray.remote(num_cpus=0)
 class Rank:
     def __init__(self, rank: int) -> None:
@@ -114,9 +126,20 @@ class Rank:
         return {"rank": self.rank, "pid": os.getpid(), "node": ip}
 
     def address(self) -> tuple[str, int]:
-        """Rank 0's node IP and a port free on it, for the rendezvous."""
+        """Rank 0's node IP and a port free on it, for the rendezvous. Below the kernel's ephemeral range: a port
+        the kernel handed out (bind to 0) went back to that range when probed, and another job's gloo pairs on
+        this host (the hang tests run six jobs at once) took it before this job's store bound it (EADDRINUSE)."""
         ip = ray.util.get_node_ip_address()
-        with socket.socket() as sock:
+        low = ephemeral_low()
+        for _ in range(200 if low > RENDEZVOUS_MIN_PORT + 1 else 0):
+            port = random.randint(RENDEZVOUS_MIN_PORT, low - 1)
+            with socket.socket() as sock:
+                try:
+                    sock.bind((ip, port))
+                except OSError:
+                    continue
+                return ip, port
+        with socket.socket() as sock:  # no room below the ephemeral range: the kernel's choice
             sock.bind((ip, 0))
             return ip, sock.getsockname()[1]
 
