@@ -67,6 +67,7 @@ from core.types import utcnow
 from core.waits import driver_advice, driver_wants, entrypoint_demand
 
 DEFAULT_ENTRYPOINT_RESOURCES: dict[str, float] = {WORKER_RESOURCE: 0.001}
+ARGUS_KEY, ARGUS_MARK = "argus", "1"  # the metadata Argus gives every job it submits
 TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 TIMED = frozenset({"PENDING", "RUNNING"})  # the statuses a timeout applies to: every one not yet ended
 DASHBOARD_HINT = "check that the Ray head is up and ray_dashboard_url points at its dashboard (port 8265)"
@@ -99,6 +100,11 @@ class JobRecord:
     @property
     def ended(self) -> bool:
         return self.status in TERMINAL
+
+
+def _by_argus(info: Any) -> bool:
+    """Whether Ray's job record is of a job Argus submitted (its metadata says so)."""
+    return (info.metadata or {}).get(ARGUS_KEY) == ARGUS_MARK
 
 
 def _ms(value: Any) -> datetime | None:
@@ -353,7 +359,7 @@ class JobController:
         if spec.working_dir is not None:
             # Ray's runtime_env working_dir would upload a copy; on shared storage we run in place.
             entrypoint = f"cd {shlex.quote(spec.working_dir)} && {entrypoint}"
-        metadata = {"argus": "1", "owner": spec.owner, "workload": spec.workload, "name": spec.name}
+        metadata = {ARGUS_KEY: ARGUS_MARK, "owner": spec.owner, "workload": spec.workload, "name": spec.name}
         if spec.timeout_s is not None:
             metadata["timeout_s"] = repr(spec.timeout_s)
         if spec.checkpoint_dir is not None:
@@ -391,15 +397,19 @@ class JobController:
 
     def list(self, *, all_jobs: bool = False) -> list[JobRecord]:
         """Jobs submitted through Argus (metadata argus=1), newest first; `all_jobs` adds every Ray job."""
-        infos = self._call("list jobs", None, lambda: self.client.list_jobs())
+        infos = self._ray_jobs()
         records = [
             self._record(i)
             for i in infos
-            if i.submission_id and (all_jobs or (i.metadata or {}).get("argus") == "1")
+            if i.submission_id and (all_jobs or _by_argus(i))
         ]
         return sorted(
             records, key=lambda r: r.started_at or datetime.min.replace(tzinfo=timezone.utc), reverse=True
         )
+
+    def _ray_jobs(self) -> Any:
+        """Ray's job list (every job, Argus's or not); Ray unreachable is SourceUnavailable."""
+        return self._call("list jobs", None, lambda: self.client.list_jobs())
 
     def _record(self, info: Any) -> JobRecord:
         sid = info.submission_id
@@ -445,10 +455,10 @@ class JobController:
         """The periodic pass over Ray's job list, read once: stop the jobs past their timeout (enforce_timeouts),
         then hand the Argus jobs not yet ended to `observe_live` (the exporter's job info). Ray down is one error
         a pass, not one per use of the list."""
-        infos = self._call("list jobs", None, lambda: self.client.list_jobs())
+        infos = self._ray_jobs()
         stopped = self.enforce_timeouts(infos)
-        observe_live([self._record(i) for i in infos if i.submission_id and (i.metadata or {}).get("argus") == "1"
-                      and _status(i.status) not in TERMINAL])
+        observe_live([self._record(i) for i in infos
+                      if i.submission_id and _by_argus(i) and _status(i.status) not in TERMINAL])
         return stopped
 
     def enforce_timeouts(self, infos: Iterable[Any] | None = None) -> builtins.list[str]:
@@ -457,11 +467,11 @@ class JobController:
         Ray's job list when the caller has read it already."""
         now = self.clock()
         stopped: builtins.list[str] = []
-        for info in self._call("list jobs", None, lambda: self.client.list_jobs()) if infos is None else infos:
+        for info in self._ray_jobs() if infos is None else infos:
             metadata = info.metadata or {}
             sid = info.submission_id
             status = _status(info.status)
-            if metadata.get("argus") != "1" or status not in TIMED or not is_submission_id(sid):
+            if not _by_argus(info) or status not in TIMED or not is_submission_id(sid):
                 continue
             timeout = self._timeout_of(sid, metadata)
             submitted = _ms(info.start_time)
