@@ -15,8 +15,8 @@ import base64
 import json
 import random
 import string
-import time
 from collections import namedtuple
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ import pytest
 from core.errors import ConfigError, InputError
 from rca.redact import MAX_DEPTH, Redactor
 from rca.redact_scan import lower_ascii
+from tests.cost import assert_bounded, assert_linear
 
 TESTS = Path(__file__).resolve().parents[1]
 ALNUM = string.ascii_letters + string.digits
@@ -475,32 +476,31 @@ def test_unchanged_text_is_returned_as_is(redactor: Redactor) -> None:
 # --- hostile input ---------------------------------------------------------------------------------------
 
 MB = 1024 * 1024
-HOSTILE = {
-    "a= repeated": "a=" * (MB // 2),
-    "long base64 run": "QUJDRGVmZ2g0NTY3" * (MB // 16),
-    "sk- then base64": "sk-" + "QUJDRGVmZ2g0NTY3" * (MB // 16),
-    "nested quotes": "password=\"'" * (MB // 12),
-    "unclosed quote": 'api_key="' + "a" * MB,
-    "keyword repeated": "token=" * (MB // 6),
-    "flags repeated": "--a" * (MB // 3),
-    "dashes": "-" * MB,
-    "BEGIN without END": "-----BEGIN PRIVATE KEY-----\n" + "QUJD\n" * (MB // 5),
-    "many BEGINs": "-----BEGIN RSA PRIVATE KEY-----" * (MB // 31),
-    "at signs": "://a:" + "@" * MB,
-    "NUL bytes": "\x00password=\x00" * (MB // 11),
-    "invalid surrogates": "\ud800token=abc\udfff" * (MB // 11),
-    "colons": "ab:cd::" * (MB // 7),
+# Each hostile shape as a function of its repeat count, and the count that makes about 1 MB.
+HOSTILE: dict[str, tuple[Callable[[int], str], int]] = {
+    "a= repeated": (lambda n: "a=" * n, MB // 2),
+    "long base64 run": (lambda n: "QUJDRGVmZ2g0NTY3" * n, MB // 16),
+    "sk- then base64": (lambda n: "sk-" + "QUJDRGVmZ2g0NTY3" * n, MB // 16),
+    "nested quotes": (lambda n: "password=\"'" * n, MB // 12),
+    "unclosed quote": (lambda n: 'api_key="' + "a" * n, MB),
+    "keyword repeated": (lambda n: "token=" * n, MB // 6),
+    "flags repeated": (lambda n: "--a" * n, MB // 3),
+    "dashes": (lambda n: "-" * n, MB),
+    "BEGIN without END": (lambda n: "-----BEGIN PRIVATE KEY-----\n" + "QUJD\n" * n, MB // 5),
+    "many BEGINs": (lambda n: "-----BEGIN RSA PRIVATE KEY-----" * n, MB // 31),
+    "at signs": (lambda n: "://a:" + "@" * n, MB),
+    "NUL bytes": (lambda n: "\x00password=\x00" * n, MB // 11),
+    "invalid surrogates": (lambda n: "\ud800token=abc\udfff" * n, MB // 11),
+    "colons": (lambda n: "ab:cd::" * n, MB // 7),
 }
 
 
 @pytest.mark.parametrize("name", list(HOSTILE))
 def test_hostile_input_takes_linear_time(name: str) -> None:
+    # Linear costs well under a second a MB; backtracking on 1 MB would take hours.
     redactor = Redactor(mask_ips=True, mask_users=True, users=["alice"])
-    text = HOSTILE[name]
-    start = time.perf_counter()
-    redactor.redact(text)
-    # Linear costs well under a second a MB here; backtracking on 1 MB would take hours.
-    assert time.perf_counter() - start < 10
+    make, size = HOSTILE[name]
+    assert_linear(redactor.redact, make, size)
 
 
 def test_secrets_around_nul_bytes_and_surrogates_are_masked_and_the_rest_kept(redactor: Redactor) -> None:
@@ -641,9 +641,8 @@ def test_redact_data_bounds_depth_cycles_and_shared_structure() -> None:
     shared: list = ["secret=x"]
     for _ in range(40):  # 2**40 paths, 41 distinct lists
         shared = [shared, shared]
-    start = time.perf_counter()
-    redactor.redact_data(shared)
-    assert time.perf_counter() - start < 1
+    # each distinct list once: 41 lists cost microseconds, the 2**40 paths would never end
+    assert_bounded(redactor.redact_data, shared, most_cpu_s=1.0)
 
 
 def test_redact_data_keeps_keys_that_redact_alike_apart() -> None:
