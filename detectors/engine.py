@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, Protocol
 
 import yaml
 from loguru import logger
@@ -44,6 +44,12 @@ _OPTIONAL_RULE_KEYS = ("severity", "confidence", "action", "priority", "descript
 DEFAULT_PRIORITY = 50
 
 
+class Readable(Protocol):
+    """What scan_stream reads: a binary file, a pipe, or a reader wrapped around one (rca/analyze.py)."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 class RuleTier(str, Enum):
     """How much a match says. A signature names a known failure in its own words; a generic rule reads the shape of
     a failure (a traceback's last line, "node ... died", "No space") and decides only where no signature matched,
@@ -52,6 +58,10 @@ class RuleTier(str, Enum):
 
     SIGNATURE = "signature"
     GENERIC = "generic"
+    # A generic rule that reads only a log's last non-blank line (RuleSet.ending): what the process was doing
+    # when its log stopped, where the line alone says nothing ("NCCL INFO ..." mid-log is setup, as the last line
+    # of a failed job's log it is where the job stuck). Never matched line by line.
+    ENDING = "ending"
 
 
 class RuleType(str, Enum):
@@ -84,7 +94,11 @@ class LogRule:
 
     @property
     def generic(self) -> bool:
-        return self.tier is RuleTier.GENERIC
+        return self.tier is not RuleTier.SIGNATURE
+
+    @property
+    def ending(self) -> bool:
+        return self.tier is RuleTier.ENDING
 
     @property
     def location(self) -> str:
@@ -103,6 +117,14 @@ class RuleMatch:
     text: str
     source: str
     truncated: bool = False
+
+
+def last_line(lines: Sequence[str], first_line_no: int = 1) -> tuple[int, str] | None:
+    """The last non-blank line of a log and its number, or None when every line is blank."""
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].strip():
+            return first_line_no + index, lines[index]
+    return None
 
 
 def clip_line(text: str) -> tuple[str, bool]:
@@ -125,7 +147,8 @@ class RuleSet:
                     hint="every reason must be unique across all rule files; rename one of them",
                 )
             seen[rule.reason] = rule
-        self.rules: tuple[LogRule, ...] = tuple(rules)
+        self.rules: tuple[LogRule, ...] = tuple(r for r in rules if not r.ending)  # matched line by line
+        self.endings: tuple[LogRule, ...] = tuple(r for r in rules if r.ending)  # matched on a log's last line
         self._line_gate = _rule_gate(self.rules, _DEFAULT_SAMPLE)
         self._block_gates: dict[tuple[str, bool], LiteralGate] = {}
         self._gate_lock = threading.Lock()
@@ -145,14 +168,22 @@ class RuleSet:
 
     def for_source(self, source: str) -> RuleSet:
         """The rules that read the named log stream (rules for any stream included)."""
-        return RuleSet([r for r in self.rules if r.reads(source)])
+        return RuleSet([r for r in (*self.rules, *self.endings) if r.reads(source)])
 
     def signatures(self) -> RuleSet:
-        """The rules without the generic tier: what live detection matches running jobs' logs with."""
+        """The rules without the generic tiers: what live detection matches running jobs' logs with."""
         return RuleSet([r for r in self.rules if not r.generic])
 
     def get(self, reason: str) -> LogRule | None:
-        return next((r for r in self.rules if r.reason == reason), None)
+        return next((r for r in (*self.rules, *self.endings) if r.reason == reason), None)
+
+    def ending(self, line: str, line_no: int, source: str) -> list[RuleMatch]:
+        """The ending rules' matches on a log's last non-blank line (`last_line`), for a log that has ended: a
+        failed or stopped job's, a file given to `argus analyze`. Never a live stream's latest line, which is
+        only where the stream is now."""
+        text, truncated = clip_line(line.rstrip("\r\n"))
+        return [RuleMatch(rule=rule, line_no=line_no, text=text, source=source, truncated=truncated)
+                for rule in self.endings if rule.regex.search(text)]
 
     def match(self, text: str) -> list[LogRule]:
         """Every rule whose pattern is found in the line, in rule order."""
@@ -191,7 +222,7 @@ class RuleSet:
 
     def scan_stream(
         self,
-        stream: IO[bytes],
+        stream: Readable,
         source: str,
         *,
         stats: ScanStats | None = None,

@@ -19,6 +19,8 @@ READ_CHUNK = 64 * 1024
 __all__ = ["MAX_LINE_BYTES", "analyze_lines", "analyze_stream", "iter_lines"]
 # Matches kept per rule: the earliest ones decide the cause; the rest would only cost memory.
 KEEP_PER_RULE = 20
+# What a stream's reader keeps of its end: a long last line (cut at MAX_LINE_BYTES) and blank lines after it.
+TAIL_BYTES = 2 * MAX_LINE_BYTES
 
 
 def iter_lines(stream: IO[bytes] | IO[str]) -> Iterator[str]:
@@ -65,22 +67,28 @@ def analyze_stream(name: str, stream: IO[bytes], rules: RuleSet) -> dict[str, An
     """Classify one log read from a binary stream; the fast path of `argus analyze` (same verdicts as
     `analyze_lines` over `iter_lines(stream)`). `name` is how the log is reported."""
     stats = ScanStats()
-    return _verdict(name, rules.scan_stream(stream, source=name, stats=stats), lambda: stats.lines)
+    kept = _TailKept(stream)
+    return _verdict(name, rules.scan_stream(kept, source=name, stats=stats), lambda: stats.lines,
+                    lambda: kept.last_line(stats.lines), rules)
 
 
 def analyze_lines(name: str, lines: Iterable[bytes | str], rules: RuleSet) -> dict[str, Any]:
     """Classify one log given as lines. `name` is how the log is reported (its path, or "-" for stdin)."""
     counter = _Counter(_as_text(lines))
-    return _verdict(name, rules.scan(counter, source=name), lambda: counter.count)
+    return _verdict(name, rules.scan(counter, source=name), lambda: counter.count, lambda: counter.last, rules)
 
 
-def _verdict(name: str, found: Iterable[RuleMatch], lines_scanned: Callable[[], int]) -> dict[str, Any]:
+def _verdict(name: str, found: Iterable[RuleMatch], lines_scanned: Callable[[], int],
+             last: Callable[[], tuple[int, str] | None], rules: RuleSet) -> dict[str, Any]:
     kept: dict[str, list[RuleMatch]] = defaultdict(list)
     for match in found:
         bucket = kept[match.rule.reason]
         if len(bucket) < KEEP_PER_RULE:
             bucket.append(match)
     matches = sorted((m for bucket in kept.values() for m in bucket), key=lambda m: m.line_no)
+    ending = last()
+    if ending is not None:  # the whole log was read: its last line is where it ended
+        matches += rules.ending(ending[1], ending[0], name)
     result = classify(matches, lines_scanned=lines_scanned())
     return {
         "path": name,
@@ -93,13 +101,44 @@ def _verdict(name: str, found: Iterable[RuleMatch], lines_scanned: Callable[[], 
 
 
 class _Counter:
-    """Passes lines through and counts them, for the summary of a log where nothing matched."""
+    """Passes lines through and counts them, for the summary of a log where nothing matched, and keeps the last
+    non-blank one (RuleSet.ending)."""
 
     def __init__(self, lines: Iterable[str]) -> None:
         self._lines = lines
         self.count = 0
+        self.last: tuple[int, str] | None = None
 
     def __iter__(self) -> Iterator[str]:
         for line in self._lines:
             self.count += 1
+            if line.strip():
+                self.last = (self.count, line)
             yield line
+
+
+class _TailKept:
+    """A binary stream read through, keeping its last bytes: enough for its last non-blank line (cut as the scan
+    cuts a long line) after any blank lines."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+        self._tail = b""
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._stream.read(size)
+        if isinstance(chunk, str):
+            chunk = chunk.encode("utf-8", errors="surrogateescape")
+        if chunk:
+            self._tail = (self._tail + chunk)[-TAIL_BYTES:]
+        return chunk
+
+    def last_line(self, lines_total: int) -> tuple[int, str] | None:
+        """The last non-blank line and its number, given how many lines the scan counted."""
+        pieces = self._tail.split(b"\n")
+        if self._tail.endswith(b"\n"):
+            pieces.pop()
+        for back, piece in enumerate(reversed(pieces)):
+            if piece.strip():
+                return lines_total - back, _decode(piece[:MAX_LINE_BYTES])
+        return None

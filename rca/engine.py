@@ -50,7 +50,7 @@ class RcaEngine:
         self.metrics = metrics
         self.token_budget = token_budget
         self.catalog = catalog or load_catalog()
-        self._log_reasons = {rule.reason for rule in rules.rules} | {UNMATCHED_REASON}
+        self._log_reasons = {rule.reason for rule in (*rules.rules, *rules.endings)} | {UNMATCHED_REASON}
 
     def report(
         self,

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from core.line_time import times_of
 from core.names import label_of
 from core.types import Finding, Incident
-from detectors.engine import RuleMatch, RuleSet
+from detectors.engine import RuleMatch, RuleSet, last_line
 from detectors.stall import DEFAULT_PATTERNS as PROGRESS_PATTERNS
 from rca.classify import TIER_WARNING, Classification, classify, classify_logs, clip_text, tier
 from rca.collapse import groups, shape, varies
@@ -288,6 +288,9 @@ class EvidenceBuilder:
                 matches.append(match)
                 if len(matches) >= MAX_MATCHES_PER_LOG:
                     break
+            ending = last_line(source.lines, source.first_line_no)
+            if ending is not None:  # the log of a job that failed or stopped: where it ended
+                matches += self.rules.ending(ending[1], ending[0], source.name)
             times = times_of(source.lines)
             verdict = classify(matches, lines_scanned=len(source.lines))
             at = times[verdict.winner.line_no - source.first_line_no] if verdict.winner else None
