@@ -62,7 +62,7 @@ def test_a_read_that_hangs_does_not_stop_the_loop_and_what_it_reads_later_is_fil
             f.write(OOM)
         began = time.monotonic()
         second = pipeline.run_once()
-        assert time.monotonic() - began < 1.5  # the stuck call is not waited for again
+        assert time.monotonic() - began < 1.9  # the stuck call is not waited for again: that takes 2 s
         assert "job_logs" in second.errors
         assert [i.category for i in second.opened] == [Category.GPU_HARDWARE]  # the other source still works
 
