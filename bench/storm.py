@@ -4,8 +4,8 @@ A real `argus serve` (its own process, SQLite under a temp data dir or --databas
 generic webhook pointed at a recording HTTP endpoint (stage/localstack/webhook_receiver.py). --senders threads post
 --alerts Alertmanager alerts (webhook format 4, --batch alerts a request, as Alertmanager groups them) spread evenly
 over --seconds: --fingerprints distinct alerts (alert name x node; categories and severities mixed), each firing
-again and again as Alertmanager re-sends what still fires. Meanwhile --readers threads read `GET /v1/incidents` and
-`GET /v1/health` as a person or the ops agent would.
+again and again as Alertmanager re-sends what still fires. Meanwhile --readers threads, in a process of their own,
+read `GET /v1/incidents` and `GET /v1/health` as a person or the ops agent would.
 
 Prints: alerts sent and accepted (and refused, with why), alerts/s accepted, incidents opened against distinct
 fingerprints (goal: one each), IM messages and webhook posts sent during the storm and in the --drain-s after it, the
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -120,6 +121,23 @@ def reader(url: str, token: str, stop: threading.Event, tally: Tally, every_s: f
             stop.wait(every_s)
 
 
+def read_apart(url: str, token: str, readers: int, every_s: float, stop: Any, filing: Any, out: Any) -> None:
+    """The readers, in a process of their own: what a person's browser or the ops agent measures. In the senders'
+    process they also timed that process's own interpreter, busy encoding the storm's batches and receiving its IM
+    messages, and called that the server's latency."""
+    tally = Tally()
+    done = threading.Event()
+    threads = [threading.Thread(target=reader, args=(url, token, done, tally, every_s)) for _ in range(readers)]
+    for thread in threads:
+        thread.start()
+    while not stop.wait(0.1):
+        tally.filing = filing.is_set()
+    done.set()
+    for thread in threads:
+        thread.join()
+    out.put((tally.read_ms, tally.filing_read_ms, tally.read_errors))
+
+
 def wait_filed(url: str, token: str, console: Console, *, timeout_s: float) -> float:
     """Seconds until the server's alert inbox is empty (its /v1/health says), with the queue shown as it drains."""
     began = time.monotonic()
@@ -194,16 +212,18 @@ def main() -> int:
         per_sender = [batches[i::args.senders] for i in range(args.senders)]
         every_s = args.seconds / max(1, len(per_sender[0]))
         tally = Tally()
-        stop = threading.Event()
+        apart = multiprocessing.get_context("spawn")
+        stop, filing, reads = apart.Event(), apart.Event(), apart.Queue()
+        readers = apart.Process(target=read_apart, args=(url, tokens["viewer"], args.readers, args.read_every, stop,
+                                                         filing, reads), daemon=True)
+        readers.start()
         cpu_before = proc.cpu_times()
         rss_peak = 0
         began = time.monotonic()
-        readers = [threading.Thread(target=reader, args=(url, tokens["viewer"], stop, tally, args.read_every))
-                   for _ in range(args.readers)]
         senders = [threading.Thread(target=sender, args=(url, tokens["operator"], mine, began + i * every_s /
                                                          args.senders, every_s, tally))
                    for i, mine in enumerate(per_sender)]
-        for thread in readers + senders:
+        for thread in senders:
             thread.start()
         with Progress(TextColumn("storm"), BarColumn(), TextColumn("{task.completed}/{task.total} alerts"),
                       TimeElapsedColumn(), console=console) as progress:
@@ -217,11 +237,11 @@ def main() -> int:
         cpu_after = proc.cpu_times()
         im_during = sum(1 for r in receiver.received if r["path"] == "/slack")
         # The accepted alerts the filer has not filed yet: wait for the queue to empty, the readers still reading.
-        tally.filing = True
+        filing.set()
         filed_after_s = wait_filed(url, tokens["viewer"], console, timeout_s=args.file_timeout_s)
         stop.set()
-        for thread in readers:
-            thread.join()
+        tally.read_ms, tally.filing_read_ms, tally.read_errors = reads.get(timeout=120)
+        readers.join(timeout=30)
         filing_done = time.monotonic() - began
         console.print(f"storm over in {storm_s:.1f} s, all filed {filed_after_s:.1f} s after it; counting IM "
                       f"messages for {args.drain_s:.0f} s more")
