@@ -433,6 +433,11 @@ PHRASINGS = {
     ),
     # host_oom
     "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.": "RayOomKillerKilledTask",
+    # the 2.x kill message's opening, all a cut log kept of it (tests/rca_cases/302)
+    "Memory on the node (IP: 10.1.180.84, ID: ba65c80c8aec6b1c406693f640c53f85422d4d73b069747d69875d42) where the "
+    "task (task ID: d221d26232c9bae05def6a6d00dbd292d4fc77cc01000000, name=head, rank=0,, pid=4503, memory used": (
+        "RayOomKillerKilledTask"
+    ),
     "ray.exceptions.OutOfMemoryError: 1 worker(s) were killed due to the node running low on memory. Memory on": (
         "RayOomKillerKilledTask"
     ),

@@ -44,6 +44,8 @@ SHAPES = [
     ("E0511 tpunetd_client.cc:311] Detected failure SLICE_FAILURE_CHIP_DRIVER_ERROR in session e6c8; Start failure "
      "handling", "gpu_hardware"),
     ("dcgm health: Detected XID 79 error on GPU 3", "gpu_hardware"),
+    # a kernel call trace through the NVIDIA driver (tests/rca_cases/303)
+    ("192.168.11.119: kern: warning: [2026-04-22T21:27:51.291078766Z]:  rm_ioctl+0x66/0x4f0 [nvidia]", "gpu_hardware"),
     ("nvidia-nvswitch2: SXid (PCI:0000:86:00.0): 12028, Non-fatal, Link 44 egress non-posted PRIV error",
      "gpu_hardware"),
     ("IOError: write to /ckpt/model-00003-of-00004.safetensors: storage is full", "disk_full"),
