@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from loguru import logger
-from sqlalchemy import Engine, exc, select
+from sqlalchemy import Engine, exc, or_, select, update
 
 from argus.store.columns import as_utc
 from argus.store.models import ApiTokenRow
@@ -85,18 +86,25 @@ class TokenRepository:
         if prefix is None:
             return None
         now = self._clock()
-        with transaction(self._engine, "checking a token") as s:
+        # Read without the write lock: on SQLite every API request waited here behind the alert filer's writes in a
+        # storm, though only one request a minute per token writes anything.
+        with transaction(self._engine, "checking a token", read_only=True) as s:
             row = s.scalars(select(ApiTokenRow).where(ApiTokenRow.prefix == prefix)).first()
             matches = hmac.compare_digest(hash_token(token), row.token_hash if row else _NO_HASH)
             if row is None or not matches:
                 return None
             record = row.to_domain()
-            if not record.usable_at(now):
-                return None
-            if record.last_used_at is None or now - record.last_used_at >= _LAST_USED_EVERY:
-                row.last_used_at = now
-                record = saved(s, row).to_domain()
-            return record
+        if not record.usable_at(now):
+            return None
+        if record.last_used_at is None or now - record.last_used_at >= _LAST_USED_EVERY:
+            with transaction(self._engine, "noting a token's use") as s:
+                # only where no request of the same minute noted it first
+                s.execute(update(ApiTokenRow).where(ApiTokenRow.id == record.id)
+                          .where(or_(ApiTokenRow.last_used_at.is_(None),
+                                     ApiTokenRow.last_used_at <= now - _LAST_USED_EVERY))
+                          .values(last_used_at=now))
+            record = replace(record, last_used_at=now)
+        return record
 
     def revoke(self, name_or_id: str) -> TokenRecord:
         """Revoke a token by name or id; revoking twice keeps the first time. NotFound if there is none."""

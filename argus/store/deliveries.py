@@ -41,7 +41,7 @@ class DeliveryRepository:
 
     def sent(self, key: str) -> bool:
         """Whether a delivery with `key` succeeded."""
-        with transaction(self._engine, "checking a notification delivery") as s:
+        with transaction(self._engine, "checking a notification delivery", read_only=True) as s:
             query = select(DeliveryRow.id).where(DeliveryRow.key == key).where(DeliveryRow.ok.is_(True)).limit(1)
             return s.scalars(query).first() is not None
 

@@ -8,6 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -312,3 +313,33 @@ def test_tokens_cli_create_list_revoke(tmp_path: Path) -> None:
         assert missing.returncode == 2 and "nobody" in missing.stderr
     finally:
         store.close()
+
+
+def test_a_token_is_checked_without_the_write_lock_and_its_use_noted_once_a_minute(
+        store: Store, clock: Clock, tmp_path: Path) -> None:
+    # In an alert storm the filer holds SQLite's write lock much of the time: a request's token check must not wait
+    # for it. Only the first use in a minute writes (last_used_at), and that write waits its turn as writes do.
+    _, token = store.create_token("reader", Role.VIEWER, created_by="tests")
+    first = store.verify_token(token)
+    assert first is not None and first.last_used_at == clock.now
+    assert store.list_tokens()[0].last_used_at == clock.now
+
+    clock.now += timedelta(seconds=30)
+    holder = sqlite3.connect(tmp_path / "argus.db", timeout=0)
+    holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock for as long as this test needs
+    try:
+        done: list = []
+        checking = threading.Thread(target=lambda: done.append(store.verify_token(token)))
+        checking.start()
+        checking.join(timeout=20)  # with the lock to wait for, it would wait SQLite's 30 s busy timeout
+        assert not checking.is_alive() and done[0] is not None
+        assert done[0].last_used_at == first.last_used_at  # used within the minute: nothing written
+    finally:
+        holder.rollback()
+        holder.close()
+
+    clock.now += timedelta(seconds=31)
+    assert store.verify_token(token).last_used_at == clock.now
+    assert store.list_tokens()[0].last_used_at == clock.now
+    store.revoke_token("reader")
+    assert store.verify_token(token) is None

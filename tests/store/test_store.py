@@ -107,7 +107,7 @@ def closed_port() -> int:
 def test_migrations_up_down_and_match_models(db_url: str) -> None:
     assert migrate.current_revision(db_url) is None
     migrate.upgrade(db_url)
-    assert migrate.current_revision(db_url) == migrate.head_revision() == "0008"
+    assert migrate.current_revision(db_url) == migrate.head_revision() == "0009"
 
     engine = migrate.open_engine(db_url)
     try:
@@ -130,7 +130,7 @@ def test_migrations_up_down_and_match_models(db_url: str) -> None:
         engine.dispose()
 
     migrate.upgrade(db_url)
-    assert migrate.current_revision(db_url) == "0008"
+    assert migrate.current_revision(db_url) == "0009"
 
 
 def test_store_keeps_data_across_restarts(db_url: str) -> None:
@@ -148,7 +148,7 @@ def test_stores_starting_together_migrate_once(db_url: str) -> None:
     # The API and the daemon may start at the same moment against a new database.
     stores = run_together(4, lambda: Store(db_url))
     try:
-        assert migrate.current_revision(db_url) == "0008"
+        assert migrate.current_revision(db_url) == "0009"
         incident, _ = stores[0].record_finding(make_finding())
         assert stores[3].get_incident(incident.id) == incident
     finally:
