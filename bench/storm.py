@@ -72,6 +72,7 @@ class Tally:
         self.filing_read_ms: list[float] = []  # reads after the storm, while the filer works through the queue
         self.filing = False
         self.read_errors = 0
+        self.read_ms_by_path: dict[str, list[float]] = {}  # during the storm, each path the readers read
 
 
 def sender(url: str, token: str, batches: list[list[dict[str, Any]]], start: float, every_s: float,
@@ -115,6 +116,8 @@ def reader(url: str, token: str, stop: threading.Event, tally: Tally, every_s: f
             with tally.lock:
                 if ok:
                     (tally.filing_read_ms if tally.filing else tally.read_ms).append(took)
+                    if not tally.filing:
+                        tally.read_ms_by_path.setdefault(paths[i % len(paths)], []).append(took)
                 else:
                     tally.read_errors += 1
             i += 1
@@ -135,7 +138,7 @@ def read_apart(url: str, token: str, readers: int, every_s: float, stop: Any, fi
     done.set()
     for thread in threads:
         thread.join()
-    out.put((tally.read_ms, tally.filing_read_ms, tally.read_errors))
+    out.put((tally.read_ms, tally.filing_read_ms, tally.read_errors, tally.read_ms_by_path))
 
 
 def wait_filed(url: str, token: str, console: Console, *, timeout_s: float) -> float:
@@ -240,7 +243,7 @@ def main() -> int:
         filing.set()
         filed_after_s = wait_filed(url, tokens["viewer"], console, timeout_s=args.file_timeout_s)
         stop.set()
-        tally.read_ms, tally.filing_read_ms, tally.read_errors = reads.get(timeout=120)
+        tally.read_ms, tally.filing_read_ms, tally.read_errors, tally.read_ms_by_path = reads.get(timeout=120)
         readers.join(timeout=30)
         filing_done = time.monotonic() - began
         console.print(f"storm over in {storm_s:.1f} s, all filed {filed_after_s:.1f} s after it; counting IM "
@@ -272,6 +275,7 @@ def main() -> int:
             "api_p50_ms": percentile(tally.read_ms, 0.5), "api_p99_ms": percentile(tally.read_ms, 0.99),
             "api_mean_ms": round(statistics.fmean(tally.read_ms), 1) if tally.read_ms else None,
             "api_p99_ms_while_filing": percentile(tally.filing_read_ms, 0.99),
+            "api_p99_ms_by_path": {path: percentile(ms, 0.99) for path, ms in sorted(tally.read_ms_by_path.items())},
             "server_cores": round(cores, 2), "server_rss_mib": round(rss_peak / 2**20, 1),
         }
     finally:
