@@ -221,6 +221,8 @@ def main() -> int:
                                                          filing, reads), daemon=True)
         readers.start()
         cpu_before = proc.cpu_times()
+        clients = [psutil.Process(), psutil.Process(readers.pid)]  # this process (senders, IM receiver), the readers
+        clients_before = [c.cpu_times() for c in clients]
         rss_peak = 0
         began = time.monotonic()
         senders = [threading.Thread(target=sender, args=(url, tokens["operator"], mine, began + i * every_s /
@@ -238,6 +240,7 @@ def main() -> int:
             progress.update(task, completed=tally.sent)
         storm_s = time.monotonic() - began
         cpu_after = proc.cpu_times()
+        clients_after = [c.cpu_times() for c in clients]
         im_during = sum(1 for r in receiver.received if r["path"] == "/slack")
         # The accepted alerts the filer has not filed yet: wait for the queue to empty, the readers still reading.
         filing.set()
@@ -277,6 +280,9 @@ def main() -> int:
             "api_p99_ms_while_filing": percentile(tally.filing_read_ms, 0.99),
             "api_p99_ms_by_path": {path: percentile(ms, 0.99) for path, ms in sorted(tally.read_ms_by_path.items())},
             "server_cores": round(cores, 2), "server_rss_mib": round(rss_peak / 2**20, 1),
+            # the bench's own share of the same cores during the storm (a real Alertmanager and readers run elsewhere)
+            "client_cores": round(sum((a.user - b.user) + (a.system - b.system)
+                                      for a, b in zip(clients_after, clients_before, strict=True)) / storm_s, 2),
         }
     finally:
         server.terminate()
