@@ -145,19 +145,44 @@ class _Lane:
     first: dict[str, _Opening] = field(default_factory=dict)  # openings waiting for their report and plan
     window_until: float = 0.0
     down_until: float = 0.0
+    # The keys of every message parked in this lane (pending, first, held, or folded into one of those), so that
+    # "already queued?" is one lookup: scanning the lane for each offer made a storm's thousands of waiting
+    # openings cost their square.
+    parked: set[str] = field(default_factory=set)
+    # No opening in `first` is due before this (it may be earlier than the earliest left: then a pass finds none
+    # due and sets it again), so a flush need not look through every waiting opening on each offer.
+    first_due: float = float("inf")
 
     def queued(self, key: str) -> bool:
-        return (any(key in p.keys for p in self.pending) or any(key in o.pending.keys for o in self.first.values())
-                or any(key in h.latest.keys or any(key in e.keys for e in h.earlier) for h in self.held.values()))
+        return key in self.parked
+
+    def park(self, p: _Pending) -> None:
+        self.parked.add(p.key)
+
+    def unpark(self, p: _Pending) -> None:
+        """`p` and what was folded into it left the lane (sent, or dropped)."""
+        self.parked.discard(p.key)
+        self.parked.difference_update(e.key for e in p.earlier)
+
+    def wait_first(self, incident_id: str, opening: _Opening) -> None:
+        self.first[incident_id] = opening
+        self.first_due = min(self.first_due, opening.due)
+
+    def due_now(self, opening: _Opening, now: float) -> None:
+        opening.due = now
+        self.first_due = min(self.first_due, now)
 
     def drop_opening(self, incident_id: str) -> _Pending | None:
         """Take the incident's opening (and what was folded into it) out of the lane if it has not left yet."""
         if incident_id in self.first:
-            return self.first.pop(incident_id).pending
-        opening = self.opening_of(incident_id)
-        if opening is not None:
-            self.pending.remove(opening)
-        return opening
+            dropped = self.first.pop(incident_id).pending
+        else:
+            dropped = self.opening_of(incident_id)
+            if dropped is None:
+                return None
+            self.pending.remove(dropped)
+        self.unpark(dropped)
+        return dropped
 
     def opening_of(self, incident_id: str) -> _Pending | None:
         """The incident's opening message if it has not left yet: waiting for its report, or in a digest to come."""
@@ -236,7 +261,7 @@ class Dispatcher:
                 if opening is not None:
                     opening.awaits.discard("planned")
                     if not opening.awaits:
-                        opening.due = now
+                        lane.due_now(opening, now)
                 self._flush_lane(lane, now)
             return True
         return self._guarded(incident, "planned", work)
@@ -345,25 +370,29 @@ class Dispatcher:
             if opening is not None:  # the opening has not left yet: it tells this too
                 opening.message = opening.message.telling(message)
                 opening.earlier = (*opening.earlier, offered)
+                lane.park(offered)
                 waiting = lane.first.get(message.incident_id)
                 if waiting is not None and waiting.awaits:
                     waiting.awaits.discard(message.event)
                     if not waiting.awaits:  # all it waited for is in: it leaves with this flush
-                        waiting.due = now
+                        lane.due_now(waiting, now)
                 return True
         if message.incident_id in lane.first:  # anything else about it (an update, the resolve) must come after it
             self._offer_now(lane, lane.first.pop(message.incident_id).pending, now)
         if message.event == "opened" and self.first_message_wait_s > 0 and not message.reopened:
-            lane.first[message.incident_id] = _Opening(offered, now + self.first_message_wait_s, set(awaits))
+            lane.wait_first(message.incident_id, _Opening(offered, now + self.first_message_wait_s, set(awaits)))
+            lane.park(offered)
             return True
         if _flapping(message):
             held = lane.held.get(message.incident_id)
             if held is not None:
                 held.add(offered)
+                lane.park(offered)
                 return True
             quiet_until = self._quiet_until(lane, message.incident_id)
             if quiet_until is not None and now < quiet_until:
                 lane.held[message.incident_id] = _Held(offered, due=quiet_until)
+                lane.park(offered)
                 logger.bind(incident=message.incident_id).info(
                     "{} was told about this flapping incident less than {:.0f} s ago: its {} waits and is folded "
                     "into one message then", lane.channel.name, self.renotify_interval_s, message.event)
@@ -375,6 +404,7 @@ class Dispatcher:
         grouping = message.event == "opened" and (now < lane.window_until or bool(lane.pending))
         if now < lane.down_until or grouping or not lane.bucket.take(now):
             lane.pending.append(offered)
+            lane.park(offered)
             return True
         ok = self._send(lane, message, [offered])
         if message.event == "opened":
@@ -404,11 +434,14 @@ class Dispatcher:
 
     def _release_first(self, lane: _Lane, now: float, *, force: bool) -> bool:
         """Offer each opening whose wait for its report has ended (all with `force`)."""
+        if not force and now < lane.first_due:
+            return True
         results = []
         for incident_id, opening in list(lane.first.items()):
             if force or now >= opening.due:
                 del lane.first[incident_id]
                 results.append(self._offer_now(lane, opening.pending, now))
+        lane.first_due = min((o.due for o in lane.first.values()), default=float("inf"))
         return all(results)
 
     def _flush_lane(self, lane: _Lane, now: float, *, force: bool = False) -> bool:
@@ -431,6 +464,8 @@ class Dispatcher:
 
     def _send(self, lane: _Lane, item: Item, batch: list[_Pending]) -> bool:
         channel = lane.channel
+        for p in batch:  # out of the lane from here, whatever the outcome (a failed digest is not sent again)
+            lane.unpark(p)
         outcome = deliver(channel, item, client=self._client, clock=self._clock, sleep=self._sleep, **self._retry)
         if not outcome.ok:
             lane.down_until = self._clock().timestamp() + self.cooldown_s

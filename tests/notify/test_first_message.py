@@ -193,3 +193,31 @@ def test_the_plan_is_told_in_the_opening_and_a_late_plan_on_its_own_once(platfor
     assert "Remediation planned" in digest_text("slack", chosen["slack"].bodies()[-1])
     assert dispatcher.notify_planned(late, plan) and counts(chosen) == {3}
     assert dispatcher.notify_planned(open_incident(store, 2), []) and counts(chosen) == {3}  # nothing to tell
+
+
+def test_a_storm_of_openings_leaves_nothing_parked_and_nothing_told_twice(platforms, store, make_dispatcher, clock):
+    """Whether a message is already queued is one lookup in the lane's parked keys (a scan of the lane per offer made
+    a storm's thousands of waiting openings cost their square): every key leaves that set when its message is sent
+    or dropped, or it would be taken for queued forever."""
+    chosen = {k: platforms[k] for k in ("slack", "webhook")}
+    dispatcher = make_dispatcher(configs(chosen), first_message_wait_s=WAIT_S, group_window_s=30.0)
+    incidents = [open_incident(store, n) for n in range(40)]
+    for incident in incidents:
+        assert dispatcher.notify(incident, "opened", awaits=frozenset({"report_ready"}))
+    for incident in incidents[:10]:  # their reports join the openings still waiting
+        assert dispatcher.notify_report(incident, report_of(store, incident, f"report of {incident.id}"))
+    store.merge_into(incidents[39].id, incidents[0].id)  # merged before its opening left: dropped, never told
+    assert dispatcher.notify(store.get_incident(incidents[39].id), "resolved")
+    clock.tick(WAIT_S + 31)
+    assert dispatcher.flush(force=True)
+    assert dispatcher.pending() == {"slack": 0, "webhook": 0}
+    assert all(not lane.parked for lane in dispatcher._lanes)
+    posts = sum(len(p.received) for p in chosen.values())
+    for incident in incidents[:39]:  # the same openings again: already told, so nothing is sent or parked
+        assert dispatcher.notify(incident, "opened")
+    assert dispatcher.flush(force=True) and sum(len(p.received) for p in chosen.values()) == posts
+    assert all(not lane.parked for lane in dispatcher._lanes)
+    for channel in chosen:  # the deliveries recorded: each opening once a channel; the merged one never
+        told = [r.incident_id for r in store.list_deliveries(limit=1000)
+                if r.channel == channel and r.event == "opened" and r.ok]
+        assert sorted(told) == sorted(i.id for i in incidents[:39]), channel
