@@ -174,6 +174,7 @@ class _Lane:
 
     def drop_opening(self, incident_id: str) -> _Pending | None:
         """Take the incident's opening (and what was folded into it) out of the lane if it has not left yet."""
+        dropped: _Pending | None
         if incident_id in self.first:
             dropped = self.first.pop(incident_id).pending
         else:
