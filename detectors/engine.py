@@ -177,10 +177,13 @@ class RuleSet:
     def get(self, reason: str) -> LogRule | None:
         return next((r for r in (*self.rules, *self.endings) if r.reason == reason), None)
 
-    def ending(self, line: str, line_no: int, source: str) -> list[RuleMatch]:
-        """The ending rules' matches on a log's last non-blank line (`last_line`), for a log that has ended: a
-        failed or stopped job's, a file given to `argus analyze`. Never a live stream's latest line, which is
-        only where the stream is now."""
+    def ending(self, last: tuple[int, str] | None, source: str) -> list[RuleMatch]:
+        """The ending rules' matches on a log's last non-blank line and its number (`last_line`; None: the log is
+        blank), for a log that has ended: a failed or stopped job's, a file given to `argus analyze`. Never a live
+        stream's latest line, which is only where the stream is now."""
+        if last is None:
+            return []
+        line_no, line = last
         text, truncated = clip_line(line.rstrip("\r\n"))
         return [RuleMatch(rule=rule, line_no=line_no, text=text, source=source, truncated=truncated)
                 for rule in self.endings if rule.regex.search(text)]

@@ -86,9 +86,7 @@ def _verdict(name: str, found: Iterable[RuleMatch], lines_scanned: Callable[[], 
         if len(bucket) < KEEP_PER_RULE:
             bucket.append(match)
     matches = sorted((m for bucket in kept.values() for m in bucket), key=lambda m: m.line_no)
-    ending = last()
-    if ending is not None:  # the whole log was read: its last line is where it ended
-        matches += rules.ending(ending[1], ending[0], name)
+    matches += rules.ending(last(), name)  # the whole log was read: its last line is where it ended
     result = classify(matches, lines_scanned=lines_scanned())
     return {
         "path": name,
@@ -130,7 +128,7 @@ class _TailKept:
         if isinstance(chunk, str):
             chunk = chunk.encode("utf-8", errors="surrogateescape")
         if chunk:
-            self._tail = (self._tail + chunk)[-TAIL_BYTES:]
+            self._tail = (self._tail + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]  # never a copy of the whole block
         return chunk
 
     def last_line(self, lines_total: int) -> tuple[int, str] | None:

@@ -288,9 +288,8 @@ class EvidenceBuilder:
                 matches.append(match)
                 if len(matches) >= MAX_MATCHES_PER_LOG:
                     break
-            ending = last_line(source.lines, source.first_line_no)
-            if ending is not None:  # the log of a job that failed or stopped: where it ended
-                matches += self.rules.ending(ending[1], ending[0], source.name)
+            # the log of a job that failed or stopped: where it ended
+            matches += self.rules.ending(last_line(source.lines, source.first_line_no), source.name)
             times = times_of(source.lines)
             verdict = classify(matches, lines_scanned=len(source.lines))
             at = times[verdict.winner.line_no - source.first_line_no] if verdict.winner else None

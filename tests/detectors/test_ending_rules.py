@@ -113,6 +113,7 @@ def test_the_ending_tier_is_kept_apart_and_carried_by_the_rule_sets_views(tmp_pa
     assert [r.reason for r in rules.for_source("job-logs").endings] == ["EndsWaiting"]
     assert rules.for_source("raylet").endings == ()
     assert rules.signatures().endings == ()  # live detection reads running jobs, which have not ended
-    assert [m.rule.reason for m in rules.ending("rank 3 waiting for peers", 7, "x")] == ["EndsWaiting"]
+    assert [m.rule.reason for m in rules.ending((7, "rank 3 waiting for peers"), "x")] == ["EndsWaiting"]
+    assert rules.ending(None, "x") == []
     with pytest.raises(RuleError, match="duplicate rule reason 'EndsWaiting'"):
         RuleSet([*rules.endings, *rules.endings])
