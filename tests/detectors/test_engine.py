@@ -482,6 +482,12 @@ PHRASINGS = {
     "[Rank 0] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring": (
         "NcclHeartbeatMonitorTimeout"
     ),
+    # Horovod's stall inspector (horovod/common/stall_inspector.cc): its warning, and a rank's line of its list
+    "[2021-02-02 21:19:07.345988: W horovod/common/stall_inspector.cc:105] One or more tensors were submitted to be "
+    "reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more than 60 "
+    "seconds.": "HorovodStalledRanks",
+    "0: [DistributedSGD_Allreduce/cond/HorovodAllreduce_grads_0]": "HorovodStalledRanks",
+    "1: [allreduce.layer1.weight, allreduce.layer1.bias]": "HorovodStalledRanks",
     "torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 1/2 clients joined.": (
         "DistributedStoreTimeout"
     ),
@@ -518,6 +524,9 @@ PHRASINGS = {
     ),
     "slurmstepd: error: *** STEP 77.0 ON gpu-node-09 CANCELLED AT 2025-01-02T03:04:05 DUE TO NODE FAILURE ***": (
         "SlurmPreemptedOrNodeFailed"
+    ),
+    "2024-05-02 10:11:12,000 INFO updater.py:320 -- wait_ready aborting because node detected as terminated.": (
+        "NodeTerminatedDuringSetup"
     ),
     # disk_full
     "OSError: [Errno 28] No space left on device": "NoSpaceLeftOnDevice",

@@ -38,6 +38,11 @@ SHAPES = [
     ("RuntimeError: NCCL communicator was aborted on rank 2", "nccl_error"),
     ("torch.distributed.DistNetworkError: failed to recv, got 0 bytes", "nccl_error"),
     ("deepspeed barrier timed out after 1800 seconds on rank 3", "nccl_hang"),
+    # a stack dump of a thread inside a torch.distributed call: py-spy's frame, faulthandler's
+    ("    send (torch/distributed/distributed_c10d.py:2487)", "nccl_hang"),
+    ('  File "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py", line 2050 in all_reduce',
+     "nccl_hang"),
+    ("the worker node 10.0.3.7 was detected as dead by the provider", "node_lost"),
     ("kernel: NVRM: Xid (PCI:0000:3b:00): 109, pid=1234, Ch 00000010", "gpu_hardware"),
     ("nvidia-smi has failed because it couldn't communicate with the NVIDIA driver", "gpu_hardware"),
     ("pynvml.nvml.NVMLError_GpuIsLost: GPU is lost", "gpu_hardware"),
@@ -129,6 +134,11 @@ HEALTHY = [
     "   JobState=RUNNING Reason=None FailedNode=(null) Dependency=(null)",
     "    Remapping Failure Occurred        : No",
     "INFO max_num_seqs reduced so the KV cache fits: 12.5 GiB free",
+    # advice that guesses (vLLM prints it for every slow step: a model loading, a kernel compiling)
+    "No available shared memory broadcast block found in 60 seconds. This typically happens when some processes are "
+    "hanging or doing some time-consuming work (e.g. compilation).",
+    # an exception's traceback through a collective (a comma before "in") is read by its exception, not as a dump
+    '  File "/opt/torch/distributed/distributed_c10d.py", line 2050, in all_reduce',
 ]
 
 
