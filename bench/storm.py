@@ -7,6 +7,10 @@ over --seconds: --fingerprints distinct alerts (alert name x node; categories an
 again and again as Alertmanager re-sends what still fires. Meanwhile --readers threads, in a process of their own,
 read `GET /v1/incidents` and `GET /v1/health` as a person or the ops agent would.
 
+With --replicas 2 it runs the deployment of two replicas sharing one store (argus/leader.py): the first started
+leads (the loop, chores, remediation) and takes Alertmanager's webhook; the readers read the second, a follower that
+serves the API from the store, as a team that splits the two would. Both run on the same cores.
+
 Prints: alerts sent and accepted (and refused, with why), alerts/s accepted, incidents opened against distinct
 fingerprints (goal: one each), IM messages and webhook posts sent during the storm and in the --drain-s after it, the
 API's p50/p99 during the storm (goal: p99 under 200 ms on 2 cores) and while the filer works through what was queued
@@ -15,6 +19,7 @@ after the storm the last alert was filed, and the server's CPU and peak RSS.
 
     .venv/bin/python bench/storm.py                       # 10,000 alerts in 60 s, 2,500 fingerprints
     .venv/bin/python bench/storm.py --alerts 2000 --seconds 20 --json
+    .venv/bin/python bench/storm.py --replicas 2          # alerts to the leader, reads from the follower
 """
 
 from __future__ import annotations
@@ -160,6 +165,24 @@ def wait_filed(url: str, token: str, console: Console, *, timeout_s: float) -> f
     return time.monotonic() - began
 
 
+def serve(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([*ARGUS, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=log.open("w"))
+
+
+def wait_leading(url: str, *, timeout_s: float) -> bool:
+    """Whether the replica at `url` holds the leader lease within `timeout_s` (GET /v1/leader answers 200 there)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/v1/leader", timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
 def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -181,6 +204,8 @@ def main() -> int:
     parser.add_argument("--file-timeout-s", type=float, default=600.0,
                         help="how long to wait after the storm for the queued alerts to be filed")
     parser.add_argument("--database-url", help="default: SQLite in the temp data dir")
+    parser.add_argument("--replicas", type=int, choices=(1, 2), default=1,
+                        help="2: a leader taking the alerts and a follower the readers read (leader election on)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     console = Console(stderr=True)
@@ -201,12 +226,24 @@ def main() -> int:
     except RuntimeError as exc:
         console.print(f"[red]{exc}[/]")
         return 2
-    server = subprocess.Popen([*ARGUS, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
-                              stderr=(work / "serve.log").open("w"))
-    proc = psutil.Process(server.pid)
+    servers: list[subprocess.Popen[bytes]] = []
+    read_url = url
     try:
-        if not wait_healthy(url, timeout_s=120):
-            console.print(f"[red]argus serve did not answer; its log: {work / 'serve.log'}")
+        if args.replicas == 1:
+            servers.append(serve(env, port, work / "serve.log"))
+        else:
+            elect = {**env, "ARGUS_LEADER_ELECTION": "true"}
+            servers.append(serve({**elect, "ARGUS_REPLICA_ID": "storm-leader"}, port, work / "leader.log"))
+            if not (wait_healthy(url, timeout_s=120) and wait_leading(url, timeout_s=60)):
+                console.print(f"[red]the first replica did not lead; its log: {work / 'leader.log'}")
+                return 2
+            follower_port = free_port()
+            read_url = f"http://127.0.0.1:{follower_port}"
+            servers.append(serve({**elect, "ARGUS_REPLICA_ID": "storm-follower"}, follower_port,
+                                 work / "follower.log"))
+        procs = [psutil.Process(s.pid) for s in servers]
+        if not all(wait_healthy(u, timeout_s=120) for u in {url, read_url}):
+            console.print(f"[red]argus serve did not answer; its logs: {work}")
             return 2
 
         fingerprints = [alert(fp, args.nodes) for fp in range(args.fingerprints)]
@@ -217,10 +254,10 @@ def main() -> int:
         tally = Tally()
         apart = multiprocessing.get_context("spawn")
         stop, filing, reads = apart.Event(), apart.Event(), apart.Queue()
-        readers = apart.Process(target=read_apart, args=(url, tokens["viewer"], args.readers, args.read_every, stop,
-                                                         filing, reads), daemon=True)
+        readers = apart.Process(target=read_apart, args=(read_url, tokens["viewer"], args.readers, args.read_every,
+                                                         stop, filing, reads), daemon=True)
         readers.start()
-        cpu_before = proc.cpu_times()
+        cpu_before = [p.cpu_times() for p in procs]
         clients = [psutil.Process(), psutil.Process(readers.pid)]  # this process (senders, IM receiver), the readers
         clients_before = [c.cpu_times() for c in clients]
         rss_peak = 0
@@ -234,12 +271,12 @@ def main() -> int:
                       TimeElapsedColumn(), console=console) as progress:
             task = progress.add_task("storm", total=args.alerts)
             while any(t.is_alive() for t in senders):
-                rss_peak = max(rss_peak, proc.memory_info().rss)
+                rss_peak = max(rss_peak, *(p.memory_info().rss for p in procs))
                 progress.update(task, completed=tally.sent)
                 time.sleep(0.5)
             progress.update(task, completed=tally.sent)
         storm_s = time.monotonic() - began
-        cpu_after = proc.cpu_times()
+        cpu_after = [p.cpu_times() for p in procs]
         clients_after = [c.cpu_times() for c in clients]
         im_during = sum(1 for r in receiver.received if r["path"] == "/slack")
         # The accepted alerts the filer has not filed yet: wait for the queue to empty, the readers still reading.
@@ -252,7 +289,7 @@ def main() -> int:
         console.print(f"storm over in {storm_s:.1f} s, all filed {filed_after_s:.1f} s after it; counting IM "
                       f"messages for {args.drain_s:.0f} s more")
         time.sleep(args.drain_s)
-        rss_peak = max(rss_peak, proc.memory_info().rss)
+        rss_peak = max(rss_peak, *(p.memory_info().rss for p in procs))
         incidents = 0
         with httpx.Client(timeout=60, headers={"authorization": f"Bearer {tokens['viewer']}"}) as client:
             offset = 0
@@ -263,7 +300,8 @@ def main() -> int:
                 if len(page) < 1000:
                     break
         received = receiver.received
-        cores = ((cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)) / storm_s
+        cores = [((a.user - b.user) + (a.system - b.system)) / storm_s
+                 for a, b in zip(cpu_after, cpu_before, strict=True)]
         result = {
             "alerts": args.alerts, "fingerprints": args.fingerprints, "seconds": round(storm_s, 1),
             "sent": tally.sent, "accepted": tally.accepted, "refused": tally.refused,
@@ -279,17 +317,21 @@ def main() -> int:
             "api_mean_ms": round(statistics.fmean(tally.read_ms), 1) if tally.read_ms else None,
             "api_p99_ms_while_filing": percentile(tally.filing_read_ms, 0.99),
             "api_p99_ms_by_path": {path: percentile(ms, 0.99) for path, ms in sorted(tally.read_ms_by_path.items())},
-            "server_cores": round(cores, 2), "server_rss_mib": round(rss_peak / 2**20, 1),
+            "replicas": args.replicas, "read_from": "the only replica" if args.replicas == 1 else "the follower",
+            "server_cores": round(sum(cores), 2), "server_cores_each": [round(c, 2) for c in cores],
+            "server_rss_mib": round(rss_peak / 2**20, 1),
             # the bench's own share of the same cores during the storm (a real Alertmanager and readers run elsewhere)
             "client_cores": round(sum((a.user - b.user) + (a.system - b.system)
                                       for a, b in zip(clients_after, clients_before, strict=True)) / storm_s, 2),
         }
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
         receiver.stop()
     if args.json:
         print(json.dumps(result))

@@ -175,29 +175,41 @@ class Remediator:
     def run_pending(self) -> list[Action]:
         """Run every step that is approved (or a dry run), due, and next in its incident; return what ran.
 
-        Reads the steps still open and those that changed within the guards' longest window (a day, or
-        min_drain_interval_s if longer), not every step ever taken; a step that ran is updated in place, so the next
-        step of its plan may run in the same pass."""
-        if not self.store.any_runnable_action():
-            return []  # nothing to run: the day of history is read only when a step may run
-        horizon = timedelta(seconds=max(86400.0, self.policy.guards.min_drain_interval_s))
-        actions = {a.id: a for a in self.store.list_actions(updated_since=self.clock() - horizon,
-                                                            or_states=OPEN_STATES)}
+        Reads the runnable steps and the open steps of their incidents (is an earlier step of the plan still open?);
+        the guards' history (the steps that changed within their longest window: a day, or min_drain_interval_s if
+        longer) only once a step that changes something may run, never for dry runs. A step that ran is updated in
+        place, so the next step of its plan may run in the same pass."""
+        runnable = self.store.runnable_actions()
+        if not runnable:
+            return []
+        actions = {a.id: a for a in self.store.actions_of({a.incident_id for a in runnable if a.incident_id},
+                                                          states=OPEN_STATES)}
+        actions.update((a.id, a) for a in runnable if a.id not in actions)  # the agent's direct calls, no incident
         plans: dict[tuple[str | None, str], list[str]] = {}
         for a in actions.values():
             plans.setdefault(_plan_of(a), []).append(a.id)
+        history: dict[str, Action] | None = None
         ran = []
-        for action in list(actions.values()):
-            runnable = action.state is ActionState.APPROVED or (action.state is ActionState.PLANNED and action.dry_run)
-            if not runnable or action.incident_id is None or self._earlier_open(action, actions, plans):
+        for step in runnable:
+            action = actions[step.id]
+            if action.incident_id is None or self._earlier_open(action, actions, plans):
                 continue
             if self.readers is not None:
                 self.readers.give_way()
-            # a dry run passes every guard: the history is built only for a step that changes something
-            result = self._run(action, [] if action.dry_run else list(actions.values()))
+            if action.dry_run:
+                seen: list[Action] = []  # a dry run passes every guard
+            else:
+                if history is None:
+                    horizon = timedelta(seconds=max(86400.0, self.policy.guards.min_drain_interval_s))
+                    history = {a.id: a for a in self.store.list_actions(updated_since=self.clock() - horizon,
+                                                                        or_states=OPEN_STATES)}
+                seen = list({**history, **actions}.values())
+            result = self._run(action, seen)
             if result is not None:
                 ran.append(result)
                 actions[result.id] = result
+                if history is not None:
+                    history[result.id] = result
         return ran
 
     def _earlier_open(self, action: Action, actions: dict[str, Action],

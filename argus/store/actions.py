@@ -18,6 +18,8 @@ from argus.store.repository import new_id, parse_enum, retry_lost_races, saved, 
 from core.errors import Conflict, InputError, NotFound
 from core.types import Action, ActionState, utcnow
 
+IDS_PER_QUERY = 500  # incident ids in one IN (...): under every database's parameter limit
+
 
 class ActionRepository:
     """Actions, with or without an incident. Thread-safe; the Store holds one as `store.actions`."""
@@ -99,13 +101,26 @@ class ActionRepository:
                 query = query.where(ActionRow.incident_id == incident_id)
             return [row.to_domain() for row in s.scalars(query)]
 
-    def any_runnable(self) -> bool:
-        """Whether a step is approved, or planned as a dry run: what the runner runs. One indexed query, so the
-        runner's pass costs next to nothing while no step waits (an alert storm plans thousands waiting for people)."""
+    def runnable(self) -> list[Action]:
+        """The steps that are approved or planned as dry runs, oldest first: what the runner runs. One query on the
+        state index, so the runner's pass reads only these (an alert storm plans thousands of steps; most have run or
+        wait for people), not every step of the day."""
         runnable = or_(ActionRow.state == ActionState.APPROVED.value,
                        (ActionRow.state == ActionState.PLANNED.value) & ActionRow.dry_run.is_(True))
         with transaction(self._engine, "looking for runnable actions", read_only=True) as s:
-            return s.scalars(select(ActionRow.id).where(runnable).limit(1)).first() is not None
+            return [row.to_domain() for row in
+                    s.scalars(select(ActionRow).where(runnable).order_by(ActionRow.created_at, ActionRow.id))]
+
+    def open_of(self, incident_ids: Collection[str], states: Collection[ActionState]) -> list[Action]:
+        """The steps of these incidents in one of `states`, oldest first (by the incident index, in chunks: a
+        database takes only so many parameters in one statement)."""
+        wanted, found = sorted(set(incident_ids)), []
+        with transaction(self._engine, "listing open actions", read_only=True) as s:
+            for start in range(0, len(wanted), IDS_PER_QUERY):
+                query = select(ActionRow).where(ActionRow.incident_id.in_(wanted[start:start + IDS_PER_QUERY]),
+                                                ActionRow.state.in_([state.value for state in states]))
+                found.extend(row.to_domain() for row in s.scalars(query))
+        return sorted(found, key=lambda a: (a.created_at, a.id))
 
 
 def _action_row(s: Session, action_id: str, *, for_update: bool = False) -> ActionRow:

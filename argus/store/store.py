@@ -192,9 +192,13 @@ class Store:
         """Move an action only if it is still in one of `from_states`; Conflict otherwise."""
         return self.actions.transition(action_id, from_states, to_state, result)
 
-    def any_runnable_action(self) -> bool:
-        """Whether an action is approved or a planned dry run (the remediation runner's work)."""
-        return self.actions.any_runnable()
+    def runnable_actions(self) -> list[Action]:
+        """The actions approved or planned as dry runs, oldest first (the remediation runner's work)."""
+        return self.actions.runnable()
+
+    def actions_of(self, incident_ids: Collection[str], *, states: Collection[ActionState]) -> list[Action]:
+        """The actions of these incidents in one of `states`, oldest first."""
+        return self.actions.open_of(incident_ids, states)
 
     def list_actions(self, incident_id: str | None = None, *, updated_since: datetime | None = None,
                      or_states: Collection[ActionState] = ()) -> list[Action]:

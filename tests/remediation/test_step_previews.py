@@ -175,3 +175,34 @@ def test_a_late_preview_is_left_out_within_the_bound_and_the_next_plans_wait_les
     finally:
         logger.remove(handler)
         release.set()
+
+
+def test_a_pass_reads_the_runnable_steps_and_the_days_history_only_for_a_step_that_changes_something(
+        world, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An alert storm plans thousands of steps; a pass every two seconds must not read all of them (it did, and held
+    # the interpreter a fifth of the storm). The day's history is what the guards count: only a real step needs it.
+    store, ctx, _ = world
+    waiting = Remediator(store, load_policy(mode=Mode.APPROVAL), ctx)
+    for n in range(12):
+        waiting.plan(lost_node(store, node=f"w{n}"))
+    histories: list[Any] = []
+    real_list = store.list_actions
+    # the day's history: every step changed since a time (planning reads its own incident's steps, by its id)
+    monkeypatch.setattr(store, "list_actions",
+                        lambda *a, **k: (histories.append(k) if "updated_since" in k else None) or real_list(*a, **k))
+    assert waiting.run_pending() == [] and histories == []  # 36 steps wait for people: nothing read, nothing ran
+
+    dry = Remediator(store, load_policy(mode=Mode.DRY_RUN), ctx)
+    planned = dry.plan(lost_node(store, node="d1"))
+    ran = dry.run_pending()
+    assert [a.id for a in ran] == [a.id for a in planned]  # the plan's three steps, in order, in one pass
+    assert all(a.state is ActionState.SKIPPED and a.dry_run for a in ran) and histories == []
+
+    first = next(a for a in store.list_actions() if a.kind == "keep_scene" and not a.dry_run)
+    histories.clear()
+    waiting.approve(first.id, who="alice")
+    ran = waiting.run_pending()
+    assert [(a.id, a.state) for a in ran] == [(first.id, ActionState.SUCCEEDED)]
+    assert len(histories) == 1  # the guards' window, read once
+    # the other steps of that plan wait for their own approval; the earlier-open rule still holds them back
+    assert waiting.run_pending() == []
