@@ -15,6 +15,8 @@ Prompt: `triage_incident`, the order in which an agent should read and act on on
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from functools import cache
 from typing import Annotated, Any, Literal
 
@@ -40,7 +42,8 @@ Reason = Annotated[str, Field(min_length=1, max_length=500, description="why, in
 
 
 class ArgusApi:
-    """Argus's REST API as the tools call it: one request per call, with the caller's token."""
+    """Argus's REST API as the tools call it: one request per call, with the caller's token, over one pooled client
+    per event loop (an agent's burst of calls reuses its connections instead of opening one each)."""
 
     def __init__(self, base_url: str, *, token: str | None = None, timeout_s: float = 30.0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
@@ -49,6 +52,24 @@ class ArgusApi:
         self.token = token
         self.timeout_s = timeout_s
         self.transport = transport
+        # A client's connections belong to the loop that opened them: one client per loop, forgotten with the loop.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = \
+            weakref.WeakKeyDictionary()
+
+    def client(self) -> httpx.AsyncClient:
+        """This event loop's client, opened on first use (no token in it: each call sends its caller's)."""
+        loop = asyncio.get_running_loop()
+        found = self._clients.get(loop)
+        if found is None or found.is_closed:
+            found = self._clients[loop] = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout_s,
+                                                            transport=self.transport)
+        return found
+
+    async def aclose(self) -> None:
+        """Close this event loop's client (the others close with their loops)."""
+        found = self._clients.pop(asyncio.get_running_loop(), None)
+        if found is not None:
+            await found.aclose()
 
     async def call(self, ctx: Context | None, method: str, path: str, *, params: dict[str, Any] | None = None,
                    body: Any = None, accept: str = "application/json") -> Any:
@@ -56,9 +77,7 @@ class ArgusApi:
         headers = {"Authorization": f"Bearer {token}", "Accept": accept, VIA_HEADER: "mcp"}
         query = {k: v for k, v in (params or {}).items() if v is not None}
         try:
-            async with httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout_s,
-                                         transport=self.transport) as client:
-                answer = await client.request(method, path, params=query, json=body, headers=headers)
+            answer = await self.client().request(method, path, params=query, json=body, headers=headers)
         except httpx.HTTPError as err:
             raise ToolError(f"Argus at {self.base_url} did not answer {method} {path}: {err}; is `argus serve` "
                             "running there (argus mcp --url)?") from None

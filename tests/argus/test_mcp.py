@@ -243,3 +243,32 @@ def test_a_small_agent_reads_the_open_incident_and_its_report_through_mcp(cluste
     assert ("list_incidents", True) in called, called
     assert reports and reports[0].arguments == {"incident_id": cluster.incident.id}, called
     assert "node_lost" in reports[0].result and "approve_action" not in {s.tool for s in transcript.steps}
+
+
+def test_calls_in_one_event_loop_share_one_pooled_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent's burst of tool calls reuses one client's connections; another event loop gets its own (a client's
+    connections belong to the loop that opened them)."""
+    import argus.mcp_server as mcp_module
+
+    opened: list[httpx.AsyncClient] = []
+    real = httpx.AsyncClient
+
+    def counting(*args: Any, **kwargs: Any) -> httpx.AsyncClient:
+        opened.append(real(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(mcp_module.httpx, "AsyncClient", counting)
+    api = ArgusApi("http://argus.invalid", token="t",
+                   transport=httpx.MockTransport(lambda request: httpx.Response(200, json={"items": []})))
+    server = build_mcp(api)
+
+    async def burst() -> None:
+        async with Client(server) as client:
+            for _ in range(5):
+                assert not (await client.call_tool("get_incident", {"incident_id": "inc-1"})).is_error
+        await api.aclose()
+
+    asyncio.run(burst())
+    assert len(opened) == 1 and opened[0].is_closed
+    asyncio.run(burst())
+    assert len(opened) == 2
