@@ -12,7 +12,7 @@ from sqlalchemy import Engine, or_, select
 from sqlalchemy.orm import Session
 
 from argus.store.columns import jsonable
-from argus.store.incidents import incident_row
+from argus.store.incidents import require_incident
 from argus.store.models import ActionRow
 from argus.store.repository import new_id, parse_enum, retry_lost_races, saved, transaction
 from core.errors import Conflict, InputError, NotFound
@@ -42,7 +42,7 @@ class ActionRepository:
             if existing is not None:
                 return existing.to_domain()
             if action.incident_id is not None:
-                incident_row(s, action.incident_id)
+                require_incident(s, action.incident_id)
             if action.id and s.get(ActionRow, action.id) is not None:
                 raise InputError(
                     f"action {action.id!r} already exists with another idempotency key",
@@ -97,7 +97,7 @@ class ActionRepository:
                                 else recent)
         with transaction(self._engine, "listing actions", read_only=True) as s:
             if incident_id is not None:
-                incident_row(s, incident_id)
+                require_incident(s, incident_id)
                 query = query.where(ActionRow.incident_id == incident_id)
             return [row.to_domain() for row in s.scalars(query)]
 

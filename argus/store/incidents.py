@@ -214,7 +214,7 @@ class IncidentRepository:
     def findings(self, incident_id: str) -> list[Finding]:
         """The findings kept for an incident, oldest first."""
         with transaction(self._engine, "reading findings", read_only=True) as s:
-            incident_row(s, incident_id)
+            require_incident(s, incident_id)
             rows = s.scalars(select(FindingRow).where(FindingRow.incident_id == incident_id).order_by(FindingRow.id))
             return [row.to_domain() for row in rows]
 
@@ -328,17 +328,26 @@ class IncidentRepository:
             s.add(FindingRow.from_domain(finding, incident_id=row.id, digest=digest))
 
 
+def require_incident(s: Session, incident_id: str) -> None:
+    """NotFound unless the incident exists: its id alone is read (the repositories of what belongs to an incident
+    check it on every call; loading the row would parse its JSON each time)."""
+    if s.scalars(select(IncidentRow.id).where(IncidentRow.id == incident_id)).first() is None:
+        raise _no_incident(incident_id)
+
+
 def incident_row(s: Session, incident_id: str, *, for_update: bool = False) -> IncidentRow:
     """The incident's row, locked when `for_update`; NotFound if there is none. Also used by the
     repositories of what belongs to an incident (actions, reports), inside their own transaction."""
     query = select(IncidentRow).where(IncidentRow.id == incident_id)
     row = s.scalars(query.with_for_update() if for_update else query).first()
     if row is None:
-        raise NotFound(
-            f"incident {incident_id!r} does not exist",
-            hint="list incidents with `argus incidents list` or GET /v1/incidents",
-        )
+        raise _no_incident(incident_id)
     return row
+
+
+def _no_incident(incident_id: str) -> NotFound:
+    return NotFound(f"incident {incident_id!r} does not exist",
+                    hint="list incidents with `argus incidents list` or GET /v1/incidents")
 
 
 def finding_digest(finding: Finding) -> str:

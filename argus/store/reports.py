@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, select
 
-from argus.store.incidents import incident_row
+from argus.store.incidents import require_incident
 from argus.store.models import ReportRow
 from argus.store.repository import new_id, saved, transaction
 from core.types import Report
@@ -19,7 +19,7 @@ class ReportRepository:
     def add(self, report: Report) -> Report:
         """Store `report` for its incident. An empty `report.id` gets a new "rep-" id."""
         with transaction(self._engine, "adding a report") as s:
-            incident_row(s, report.incident_id)
+            require_incident(s, report.incident_id)
             row = ReportRow.from_domain(report, id=report.id or new_id("rep"))
             s.add(row)
             return saved(s, row).to_domain()
@@ -27,7 +27,7 @@ class ReportRepository:
     def for_incident(self, incident_id: str) -> list[Report]:
         """An incident's reports, oldest first (the last is the latest)."""
         with transaction(self._engine, "reading reports", read_only=True) as s:
-            incident_row(s, incident_id)
+            require_incident(s, incident_id)
             rows = s.scalars(
                 select(ReportRow)
                 .where(ReportRow.incident_id == incident_id)
