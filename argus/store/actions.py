@@ -4,6 +4,7 @@ under a row lock, so of two runners claiming one action exactly one wins.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
@@ -101,7 +102,7 @@ class ActionRepository:
                 query = query.where(ActionRow.incident_id == incident_id)
             return [row.to_domain() for row in s.scalars(query)]
 
-    def runnable(self) -> list[Action]:
+    def runnable(self) -> builtins.list[Action]:
         """The steps that are approved or planned as dry runs, oldest first: what the runner runs. One query on the
         state index, so the runner's pass reads only these (an alert storm plans thousands of steps; most have run or
         wait for people), not every step of the day."""
@@ -111,10 +112,10 @@ class ActionRepository:
             return [row.to_domain() for row in
                     s.scalars(select(ActionRow).where(runnable).order_by(ActionRow.created_at, ActionRow.id))]
 
-    def open_of(self, incident_ids: Collection[str], states: Collection[ActionState]) -> list[Action]:
+    def open_of(self, incident_ids: Collection[str], states: Collection[ActionState]) -> builtins.list[Action]:
         """The steps of these incidents in one of `states`, oldest first (by the incident index, in chunks: a
         database takes only so many parameters in one statement)."""
-        wanted, found = sorted(set(incident_ids)), []
+        wanted, found = sorted(set(incident_ids)), builtins.list[Action]()
         with transaction(self._engine, "listing open actions", read_only=True) as s:
             for start in range(0, len(wanted), IDS_PER_QUERY):
                 query = select(ActionRow).where(ActionRow.incident_id.in_(wanted[start:start + IDS_PER_QUERY]),
