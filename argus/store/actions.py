@@ -112,11 +112,11 @@ class ActionRepository:
             return [row.to_domain() for row in
                     s.scalars(select(ActionRow).where(runnable).order_by(ActionRow.created_at, ActionRow.id))]
 
-    def open_of(self, incident_ids: Collection[str], states: Collection[ActionState]) -> builtins.list[Action]:
+    def of_incidents(self, incident_ids: Collection[str], states: Collection[ActionState]) -> builtins.list[Action]:
         """The steps of these incidents in one of `states`, oldest first (by the incident index, in chunks: a
         database takes only so many parameters in one statement)."""
         wanted, found = sorted(set(incident_ids)), builtins.list[Action]()
-        with transaction(self._engine, "listing open actions", read_only=True) as s:
+        with transaction(self._engine, "listing the actions of incidents", read_only=True) as s:
             for start in range(0, len(wanted), IDS_PER_QUERY):
                 query = select(ActionRow).where(ActionRow.incident_id.in_(wanted[start:start + IDS_PER_QUERY]),
                                                 ActionRow.state.in_([state.value for state in states]))

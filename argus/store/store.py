@@ -198,7 +198,7 @@ class Store:
 
     def actions_of(self, incident_ids: Collection[str], *, states: Collection[ActionState]) -> list[Action]:
         """The actions of these incidents in one of `states`, oldest first."""
-        return self.actions.open_of(incident_ids, states)
+        return self.actions.of_incidents(incident_ids, states)
 
     def list_actions(self, incident_id: str | None = None, *, updated_since: datetime | None = None,
                      or_states: Collection[ActionState] = ()) -> list[Action]:
