@@ -47,7 +47,7 @@ from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from stage.localstack.argus_cli import ARGUS, argus_env, create_token, wait_healthy  # noqa: E402
+from stage.localstack.argus_cli import ARGUS, argus_env, create_token, wait_answers, wait_healthy  # noqa: E402
 from stage.localstack.ports import free_port  # noqa: E402
 from stage.localstack.webhook_receiver import WebhookReceiver  # noqa: E402
 
@@ -170,19 +170,6 @@ def serve(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
                             stderr=log.open("w"))
 
 
-def wait_leading(url: str, *, timeout_s: float) -> bool:
-    """Whether the replica at `url` holds the leader lease within `timeout_s` (GET /v1/leader answers 200 there)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/v1/leader", timeout=2).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    return False
-
-
 def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -234,7 +221,7 @@ def main() -> int:
         else:
             elect = {**env, "ARGUS_LEADER_ELECTION": "true"}
             servers.append(serve({**elect, "ARGUS_REPLICA_ID": "storm-leader"}, port, work / "leader.log"))
-            if not (wait_healthy(url, timeout_s=120) and wait_leading(url, timeout_s=60)):
+            if not (wait_healthy(url, timeout_s=120) and wait_answers(url, "/v1/leader", timeout_s=60)):
                 console.print(f"[red]the first replica did not lead; its log: {work / 'leader.log'}")
                 return 2
             follower_port = free_port()

@@ -184,15 +184,14 @@ class Remediator:
             return []
         actions = {a.id: a for a in self.store.actions_of({a.incident_id for a in runnable if a.incident_id},
                                                           states=OPEN_STATES)}
-        actions.update((a.id, a) for a in runnable if a.id not in actions)  # the agent's direct calls, no incident
         plans: dict[tuple[str | None, str], list[str]] = {}
         for a in actions.values():
             plans.setdefault(_plan_of(a), []).append(a.id)
         history: dict[str, Action] | None = None
         ran = []
         for step in runnable:
-            action = actions[step.id]
-            if action.incident_id is None or self._earlier_open(action, actions, plans):
+            action = actions.get(step.id)  # None: the agent's direct call (no incident), or it ended meanwhile
+            if action is None or self._earlier_open(action, actions, plans):
                 continue
             if self.readers is not None:
                 self.readers.give_way()

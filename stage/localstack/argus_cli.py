@@ -59,12 +59,17 @@ def serving(env: Mapping[str, str], log: Path, *, timeout_s: float = 90.0) -> It
 
 def wait_healthy(url: str, timeout_s: float = 60.0) -> bool:
     """Whether `GET <url>/v1/health` answered 200 within `timeout_s` (argus serve starting)."""
+    return wait_answers(url, "/v1/health", timeout_s=timeout_s)
+
+
+def wait_answers(url: str, path: str, *, timeout_s: float, every_s: float = 0.3) -> bool:
+    """Whether `GET <url><path>` answered 200 within `timeout_s` (e.g. /v1/leader: this replica leads)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/v1/health", timeout=2).status_code == 200:
+            if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
                 return True
         except httpx.HTTPError:
             pass
-        time.sleep(0.3)
+        time.sleep(every_s)
     return False
