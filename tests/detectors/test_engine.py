@@ -477,6 +477,13 @@ PHRASINGS = {
     "[rank1]:[E626 06:24:44.903 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: "
     "WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=98, NumelOut=98, Timeout(ms)=600000) ran for 600020 milliseconds "
     "before timing out.": "NcclWatchdogTimeout",
+    # PyTorch 1.9-1.12, before the watchdog and sequence numbers were named
+    "[E ProcessGroupNCCL.cpp:414] Caught collective operation timeout: WorkNCCL(OpType=BROADCAST, "
+    "Timeout(ms)=1800000) ran for 1803254 milliseconds before timing out.": "NcclWatchdogTimeout",
+    "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, "
+    "1000l> > >) + 0x1d2 (0x1554e9e0f8f2 in /envs/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so)": (
+        "NcclWatchdogTimeoutStack"
+    ),
     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 30000ms for recv "
     "operation to complete": "GlooOperationTimeout",
     "[Rank 0] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring": (
@@ -497,6 +504,10 @@ PHRASINGS = {
     "detected on GPU in the framebuffer at partition 6, subpartition 0.": "XidDrainAndReset",
     "NVRM: Xid (PCI:0000:9b:00): 94, pid=1234, name=python3, Contained ECC error": "XidContainedEcc",
     "NVRM: GPU 0000:b3:00.0: GPU has fallen off the bus.": "GpuFallenOffBus",
+    # NCCL's NVLS transport when the NVSwitch fabric (Fabric Manager, IMEX) cannot bind multicast memory
+    "Failed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152 : CUDA error 401 'the operation cannot be "
+    "performed in the present state'.": "NvlsFabricFailure",
+    "node23:12098:12141 [2] transport/nvls.cc:244 NCCL WARN Cuda failure 1 'invalid argument'": "NvlsFabricFailure",
     "RuntimeError: CUDA error: uncorrectable ECC error encountered": "UncorrectableEcc",
     "Remapping Failure Occurred        : Yes": "RowRemapFailure",
     "NVRM: Xid (PCI:0000:00:05): 43, pid=1045242, name=pt_main_thread, Ch 00000008": "XidApplicationFault",

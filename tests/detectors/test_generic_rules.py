@@ -104,6 +104,19 @@ SHAPES = [
      "RpcError: RPC Error message: recvmsg:Connection reset by peer; RPC Error details:", "node_lost"),
     ("(gcs_server) gcs_health_check_manager.cc:108: Health check failed for node 9f3c, remaining checks 2, status 14, "
      "status message failed to connect to all addresses", "node_lost"),
+    # cluster control planes' own words for a machine that stopped answering (Kubernetes' node controller, Open MPI's
+    # launcher, Slurm's step launch, a node marked dead in any wording)
+    ("Node gpu-node-7 which was running pod trainer-worker-3 is unresponsive", "node_lost"),
+    ("Kubelet stopped posting node status.", "node_lost"),
+    ("A daemon (pid unknown) died unexpectedly on signal 1  while attempting to launch so we are aborting.",
+     "node_lost"),
+    ("srun: error: Task launch for StepId=1234.0 failed on node gpu-12: Communication connection failure",
+     "node_lost"),
+    ("pyarrow.lib.ArrowMemoryError: malloc of size 64 failed", "host_oom"),
+    ("tensorflow.python.framework.errors_impl.DeadlineExceededError: Collective ops is aborted by: Deadline Exceeded",
+     "nccl_hang"),
+    ("deepspeed.runtime.zero.partition_parameters: Timed out waiting for all gather", "nccl_hang"),
+    ("Unable to determine the device handle for GPU 0000:41:00.0: Unknown Error", "gpu_hardware"),
 ]
 
 
@@ -139,12 +152,44 @@ HEALTHY = [
     "hanging or doing some time-consuming work (e.g. compilation).",
     # an exception's traceback through a collective (a comma before "in") is read by its exception, not as a dump
     '  File "/opt/torch/distributed/distributed_c10d.py", line 2050, in all_reduce',
+    # a graceful stop marked dead is no loss
+    "Node is marked as dead by GCS as it's already shutting down.",
+    "INFO node 3 marked healthy",
 ]
 
 
 @pytest.mark.parametrize("line", HEALTHY)
 def test_healthy_lines_with_alarming_words_are_no_failure(line: str) -> None:
     assert [r.reason for r in RULES.match(line) if r.generic and r.permanent] == []
+
+
+# Lines a signature reads, which the generic tier must also read on its own: the same failure in another wording
+# reaches only the generic tier.
+ALSO_GENERIC = [
+    ("The node with client ID 1eadc9db2f07 has been marked dead because the monitor has missed too many heartbeats "
+     "from it.", "node_lost"),
+    ("[2022-02-16 12:46:52,789 C 149 149] node_manager.cc:170: This node has been marked as dead.", "node_lost"),
+    ("W tensorflow/core/framework/op_kernel.cc:968] Resource exhausted: OOM when allocating tensor with "
+     "shape[256,832,7,7]", "gpu_oom"),
+    ("(1) Resource exhausted: Attempting to allocate 180.59M. That was not possible. There are 142.58M free.",
+     "gpu_oom"),
+    ("[trainer0|0]:ncclInternalError: Internal check failed.", "nccl_error"),
+    ("ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+     "nccl_error"),
+]
+
+
+@pytest.mark.parametrize(("line", "category"), ALSO_GENERIC)
+def test_the_generic_tier_alone_reads_what_a_signature_reads(line: str, category: str) -> None:
+    assert {r.category.value for r in RULES.match(line) if r.generic and r.permanent} == {category}
+
+
+@pytest.mark.parametrize(("line", "not_this"), [
+    ("Exception: Server process terminated unexpectedly.", "GenericNodeGone"),  # a process, not a machine
+    ("[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out.", "GenericCollectiveTimeout"),
+])
+def test_a_word_that_names_something_else_is_not_read_as_it(line: str, not_this: str) -> None:
+    assert not_this not in [r.reason for r in RULES.match(line)]
 
 
 @pytest.mark.parametrize("line", [
