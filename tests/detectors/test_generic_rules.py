@@ -117,6 +117,11 @@ SHAPES = [
      "nccl_hang"),
     ("deepspeed.runtime.zero.partition_parameters: Timed out waiting for all gather", "nccl_hang"),
     ("Unable to determine the device handle for GPU 0000:41:00.0: Unknown Error", "gpu_hardware"),
+    # Intel's oneCCL on Intel GPUs: its failures, and its shared-memory transport that could not be created
+    ("2024:08:21-10:24:26:( 4456) |CCL_ERROR| atl_ofi.cpp:1036 open_providers: atl_ofi_open_nw_provs failed with "
+     "status: 1", "nccl_error"),
+    ("2024:08:21-10:24:26:( 4456) |CCL_ERROR| atl_ofi_helper.cpp:907 atl_ofi_get_prov_list: can't create providers "
+     "for name shm", "disk_full"),
 ]
 
 
