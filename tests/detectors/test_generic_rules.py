@@ -117,6 +117,10 @@ SHAPES = [
      "nccl_hang"),
     ("deepspeed.runtime.zero.partition_parameters: Timed out waiting for all gather", "nccl_hang"),
     ("Unable to determine the device handle for GPU 0000:41:00.0: Unknown Error", "gpu_hardware"),
+    # Ray's words for a process that vanished without a Python error of its own
+    ("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.", "node_lost"),
+    ("ray.exceptions.WorkerCrashedError: The worker died unexpectedly while executing this task. Check "
+     "python-core-worker-*.log files for more information.", "node_lost"),
     # Intel's oneCCL on Intel GPUs: its failures, and its shared-memory transport that could not be created
     ("2024:08:21-10:24:26:( 4456) |CCL_ERROR| atl_ofi.cpp:1036 open_providers: atl_ofi_open_nw_provs failed with "
      "status: 1", "nccl_error"),
@@ -192,6 +196,10 @@ def test_the_generic_tier_alone_reads_what_a_signature_reads(line: str, category
 @pytest.mark.parametrize(("line", "not_this"), [
     ("Exception: Server process terminated unexpectedly.", "GenericNodeGone"),  # a process, not a machine
     ("[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out.", "GenericCollectiveTimeout"),
+    # an actor's own exception in its creation task is not a process that vanished
+    ("ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation task, "
+     "ray::Trainer.__init__() (pid=4242, ip=10.0.0.5) ValueError: unknown optimizer 'adamw8'",
+     "GenericProcessDiedUnexpectedly"),
 ])
 def test_a_word_that_names_something_else_is_not_read_as_it(line: str, not_this: str) -> None:
     assert not_this not in [r.reason for r in RULES.match(line)]
