@@ -117,6 +117,17 @@ SHAPES = [
      "nccl_hang"),
     ("deepspeed.runtime.zero.partition_parameters: Timed out waiting for all gather", "nccl_hang"),
     ("Unable to determine the device handle for GPU 0000:41:00.0: Unknown Error", "gpu_hardware"),
+    # the NVIDIA kernel driver's own failure lines and nvidia-smi's unreadable fields, Vulkan's device OOM, a CI
+    # runner that went silent (tests/rca_cases/339, 342, 341, 345)
+    ("[   84.300480] NVRM: GPU6 kgmmuCheckMemSubsysError_IMPL: Memory Subsystem Error detected. kbusSendSysmembarSingle "
+     "failed.", "gpu_hardware"),
+    ("[   24.302465] NVRM: GPU6 _kgspIsHeartbeatTimedOut: Heartbeat timed out, currentTimeMs 812751949 heartbeat 1899482",
+     "gpu_hardware"),
+    ("|ERR!  ERR! ERR!    ERR! / ERR! |   4184MiB / 23028MiB |    ERR!      Default |", "gpu_hardware"),
+    ("vulkan_buffer.cc:61: InternalError: Check failed: (__e == VK_SUCCESS) is false: Vulkan Error, code=-2: "
+     "VK_ERROR_OUT_OF_DEVICE_MEMORY", "gpu_oom"),
+    ("The self-hosted runner: regression-test-gpu-3 lost communication with the server. Verify the machine is running "
+     "and has a healthy network connection.", "node_lost"),
     # Ray's words for a process that vanished without a Python error of its own
     ("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.", "node_lost"),
     ("ray.exceptions.WorkerCrashedError: The worker died unexpectedly while executing this task. Check "
@@ -161,6 +172,9 @@ HEALTHY = [
     "hanging or doing some time-consuming work (e.g. compilation).",
     # an exception's traceback through a collective (a comma before "in") is read by its exception, not as a dump
     '  File "/opt/torch/distributed/distributed_c10d.py", line 2050, in all_reduce',
+    # the driver loading, and nvidia-smi's healthy table
+    "[    4.123456] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023",
+    "|   0  NVIDIA H100 80GB HBM3          On  | 00000000:18:00.0 Off |                    0 |",
     # a graceful stop marked dead is no loss
     "Node is marked as dead by GCS as it's already shutting down.",
     "INFO node 3 marked healthy",
