@@ -449,6 +449,8 @@ PHRASINGS = {
     ),
     "[12345.678] Out of memory: Killed process 4242 (python) total-vm:123kB, anon-rss:99kB": "KernelOomKiller",
     "[12345.678] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0": "KernelOomKiller",
+    # kernels before 4.19 (mm/oom_kill.c) named their victim before killing it
+    "[ 8263.991822] Kill process 2398 (python) score 939 or sacrifice child": "KernelOomKiller",
     "RuntimeError: DataLoader worker (pid 1562937) is killed by signal: Killed.": "DataLoaderWorkerKilled",
     "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 2410412)": (
         "ProcessSigkilled"
