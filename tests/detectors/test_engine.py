@@ -479,7 +479,7 @@ PHRASINGS = {
     "[rank1]:[E626 06:24:44.903 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: "
     "WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=98, NumelOut=98, Timeout(ms)=600000) ran for 600020 milliseconds "
     "before timing out.": "NcclWatchdogTimeout",
-    # PyTorch 1.9-1.12, before the watchdog and sequence numbers were named
+    # PyTorch 1.x, before the watchdog and sequence numbers were named
     "[E ProcessGroupNCCL.cpp:414] Caught collective operation timeout: WorkNCCL(OpType=BROADCAST, "
     "Timeout(ms)=1800000) ran for 1803254 milliseconds before timing out.": "NcclWatchdogTimeout",
     "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, "
