@@ -20,6 +20,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -60,8 +62,6 @@ def row_of(case: Case, note: str) -> str:
 
 
 def note_of(case: Case) -> str:
-    import yaml
-
     raw = yaml.safe_load((case.path / "case.yaml").read_text(encoding="utf-8")) or {}
     return str(raw.get("note") or "")
 
