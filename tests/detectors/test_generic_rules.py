@@ -119,10 +119,10 @@ SHAPES = [
     ("Unable to determine the device handle for GPU 0000:41:00.0: Unknown Error", "gpu_hardware"),
     # the NVIDIA kernel driver's own failure lines and nvidia-smi's unreadable fields, Vulkan's device OOM, a CI
     # runner that went silent (tests/rca_cases/339, 342, 341, 345)
-    ("[   84.300480] NVRM: GPU6 kgmmuCheckMemSubsysError_IMPL: Memory Subsystem Error detected. kbusSendSysmembarSingle "
-     "failed.", "gpu_hardware"),
-    ("[   24.302465] NVRM: GPU6 _kgspIsHeartbeatTimedOut: Heartbeat timed out, currentTimeMs 812751949 heartbeat 1899482",
-     "gpu_hardware"),
+    ("[   84.300480] NVRM: GPU6 kgmmuCheckMemSubsysError_IMPL: Memory Subsystem Error detected. "
+     "kbusSendSysmembarSingle failed.", "gpu_hardware"),
+    ("[   24.302465] NVRM: GPU6 _kgspIsHeartbeatTimedOut: Heartbeat timed out, currentTimeMs 812751949 "
+     "heartbeat 1899482", "gpu_hardware"),
     ("|ERR!  ERR! ERR!    ERR! / ERR! |   4184MiB / 23028MiB |    ERR!      Default |", "gpu_hardware"),
     ("vulkan_buffer.cc:61: InternalError: Check failed: (__e == VK_SUCCESS) is false: Vulkan Error, code=-2: "
      "VK_ERROR_OUT_OF_DEVICE_MEMORY", "gpu_oom"),
