@@ -128,6 +128,9 @@ SHAPES = [
      "VK_ERROR_OUT_OF_DEVICE_MEMORY", "gpu_oom"),
     ("The self-hosted runner: regression-test-gpu-3 lost communication with the server. Verify the machine is running "
      "and has a healthy network connection.", "node_lost"),
+    # Ray's retry of a task whose node the cloud took back (its gcs_server's message)
+    ("Task 1a2b failed due to node preemption on node 5c6d. The task will be retried, but the retry will not count "
+     "against the normal retry count.", "node_lost"),
     # Ray's words for a process that vanished without a Python error of its own
     ("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.", "node_lost"),
     ("ray.exceptions.WorkerCrashedError: The worker died unexpectedly while executing this task. Check "
