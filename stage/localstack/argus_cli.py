@@ -62,7 +62,7 @@ def wait_healthy(url: str, timeout_s: float = 60.0) -> bool:
     return wait_answers(url, "/v1/health", timeout_s=timeout_s)
 
 
-def wait_answers(url: str, path: str, *, timeout_s: float, every_s: float = 0.3) -> bool:
+def wait_answers(url: str, path: str, *, timeout_s: float) -> bool:
     """Whether `GET <url><path>` answered 200 within `timeout_s` (e.g. /v1/leader: this replica leads)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -71,5 +71,5 @@ def wait_answers(url: str, path: str, *, timeout_s: float, every_s: float = 0.3)
                 return True
         except httpx.HTTPError:
             pass
-        time.sleep(every_s)
+        time.sleep(0.3)
     return False
