@@ -140,6 +140,13 @@ SHAPES = [
      "status: 1", "nccl_error"),
     ("2024:08:21-10:24:26:( 4456) |CCL_ERROR| atl_ofi_helper.cpp:907 atl_ofi_get_prov_list: can't create providers "
      "for name shm", "disk_full"),
+    # a process ended by SIGBUS however the launcher words it (shared memory that could not be backed)
+    ("[launch.py:319:sigkill_handler] Killing subprocess 1234 ... exits with return code = -7", "disk_full"),
+    ("/usr/bin/bash: line 1:  4242 Bus error (core dumped) python train.py", "disk_full"),
+    # a lost node's words, capitalised or as YARN gives back a container
+    ("Lost connection to node 10.0.0.4 while running task 7", "node_lost"),
+    ("Container marked as failed: container_1 on host: node7. Exit status: -100. Diagnostics: Container released on "
+     "a *lost* node.", "node_lost"),
 ]
 
 
