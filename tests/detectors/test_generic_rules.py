@@ -147,6 +147,13 @@ SHAPES = [
     ("Lost connection to node 10.0.0.4 while running task 7", "node_lost"),
     ("Container marked as failed: container_1 on host: node7. Exit status: -100. Diagnostics: Container released on "
      "a *lost* node.", "node_lost"),
+    # XLA on a TPU that cannot reserve program memory in HBM
+    ("Attempting to reserve 3.95G at the bottom of memory. That was not possible. There are 1.92G free.", "gpu_oom"),
+    # the coordination service of JAX / TensorFlow that stopped hearing from a task, and a node not alive
+    ("Terminating process because the coordinator detected missing heartbeats. This most likely indicates that "
+     "another task died.", "node_lost"),
+    ("Task /job:jax_worker/replica:0/task:3 heartbeat timeout.", "node_lost"),
+    ("Exception: Ray cluster failed: Node 10.1.1.1 is not alive", "node_lost"),
 ]
 
 
@@ -262,6 +269,14 @@ def test_a_generic_rule_never_contradicts_a_signature_on_the_same_line() -> None
     result = verdict("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
                      "rank2 (local rank: 2)exitcode: -9 (pid: 36071)")
     assert result["category"] == "host_oom"
+
+
+def test_an_eviction_is_read_by_its_reason_where_the_log_gives_one() -> None:
+    evicted = "train-master-0     0/1       Evicted   0          19h"
+    assert verdict(evicted)["category"] == "node_lost"
+    assert verdict(evicted, "Reason:         Evicted", "Message:        The node was low on resource: memory.")[
+        "category"] == "host_oom"
+    assert verdict(evicted, "Message: The node was low on resource: ephemeral-storage.")["category"] == "disk_full"
 
 
 def test_among_generic_readings_a_cause_beats_an_echo_and_then_the_first_in_time_wins() -> None:
