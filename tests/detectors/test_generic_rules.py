@@ -154,6 +154,11 @@ SHAPES = [
      "another task died.", "node_lost"),
     ("Task /job:jax_worker/replica:0/task:3 heartbeat timeout.", "node_lost"),
     ("Exception: Ray cluster failed: Node 10.1.1.1 is not alive", "node_lost"),
+    # a machine shut down under the job, one that became unavailable, a cloud's maintenance, Kubernetes' unknown node
+    ("The job was terminated because the machine it was running on was shut down for maintenance.", "node_lost"),
+    ("The node gpu-node-3 became unavailable", "node_lost"),
+    ("compute.instances.hostError: host maintenance event on instance train-7", "node_lost"),
+    ("Warning  NodeStatusUnknown  node/gpu-7  Kubelet stopped reporting", "node_lost"),
 ]
 
 
