@@ -164,15 +164,34 @@ def host_oom(ctx: DemoContext) -> Injection:
                      undo=[lambda: planned_restart(cluster, 2, "back to the default memory threshold")])
 
 
+# A drain without a deadline ends a node only once it is idle, and a task or detached actor left on it by an earlier
+# job keeps it busy for as long as it runs. With a deadline Ray still ends an idle node at once; a busy one is killed
+# here once its deadline has passed, and Ray then records the drain's reason as its death, as for a cloud's
+# preemption (measured on Ray 2.60: a drained node running a job, its raylet killed after the deadline, is DEAD with
+# death reason AUTOSCALER_DRAIN_PREEMPTED and the drain's message; killed before it, an unexpected termination).
+PLANNED_RESTART_DRAIN_DEADLINE_S = 8
+
+
 def planned_restart(cluster: Any, index: int, why: str, env: dict[str, str] | None = None) -> None:
-    """Restart a worker the way Argus's control plane takes a node out on purpose: drain it first (an idle node
-    is ended at once), with the "argus:" reason the lost-node detector knows as planned, then start it again."""
+    """Restart a worker the way Argus's control plane takes a node out on purpose: drain it with a deadline and the
+    "argus:" reason the lost-node detector knows as planned (an idle node is ended at once, a busy one is killed past
+    its deadline), then start it again."""
     node = cluster.worker(index)
     reason = commands.check_message(f"argus: planned restart of worker {index} {why}")
-    result = LocalRunner().run(commands.drain(cluster.gcs_address, node.node_id, reason, ray_bin=RAY_BIN))
+    result = LocalRunner().run(commands.drain(cluster.gcs_address, node.node_id, reason, ray_bin=RAY_BIN,
+                                              deadline_s=PLANNED_RESTART_DRAIN_DEADLINE_S))
     if not result.ok:
         raise ArgusError(f"could not drain worker {index} before restarting it: {result.describe()}")
-    cluster.wait_node_state(node.node_id, "DEAD", timeout=60)
+    past_deadline = time.monotonic() + PLANNED_RESTART_DRAIN_DEADLINE_S + 2
+    try:
+        cluster.wait_node_state(node.node_id, "DEAD", timeout=PLANNED_RESTART_DRAIN_DEADLINE_S + 2)
+    except TimeoutError:
+        # Still busy past its deadline: end it as a cloud ends a preempted VM. Not with a SIGTERM: the raylet answers
+        # one with a drain of its own ("Node received SIGTERM; draining before shutdown.", a later deadline) that
+        # replaces ours, and a stop before that deadline is then an unexpected termination (seen in the GCS log).
+        time.sleep(max(0.0, past_deadline - time.monotonic()))
+        cluster.kill_worker(index)
+        cluster.wait_node_state(node.node_id, "DEAD", timeout=60)
     cluster.restart_worker(index, timeout=120, env=env)
 
 

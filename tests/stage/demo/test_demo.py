@@ -4,6 +4,7 @@ whole thing; its output is quoted in the README."""
 
 from __future__ import annotations
 
+import sys
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -17,6 +18,7 @@ from stage.demo.faults import FAULTS
 from stage.demo.inject import DemoContext, Injection, is_its_incident, planned_restart
 from stage.demo.table import Row, render
 from stage.localstack.jobs import JOBS_DIR
+from tests.helpers import wait_until
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 SID = "sft-20261122T120000Z-ab12"
@@ -77,16 +79,27 @@ def test_the_demo_policy_is_valid_and_leaves_gpu_hardware_to_a_person() -> None:
 
 
 def test_a_planned_restart_is_not_a_lost_node(ray_cluster, ray_faults) -> None:  # type: ignore[no-untyped-def]
-    """The host-OOM fault restarts worker 2 with a lower memory threshold; Argus must not see a lost node."""
+    """The host-OOM fault restarts worker 2 with a lower memory threshold; Argus must not see a lost node, even when
+    something still runs there (a drain alone would wait for it)."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
     collector = RayStateCollector(ray_cluster.dashboard_url, timeout_s=10)
     detector = LostNodeDetector(lookback_s=120)
     # Nodes that other tests of this session ended within the lookback are reported now; they are not ours.
     earlier = {f.subject.id for f in detector.detect(collector.collect())}
     old = ray_cluster.worker(2).node_id
     assert old not in earlier
-    ray_faults.killed.append(2)  # restored by the fixture if the restart below fails half-way
-    planned_restart(ray_cluster, 2, "for a test")
-    ray_faults.killed.remove(2)
+    client = JobSubmissionClient(ray_cluster.dashboard_url)
+    busy = client.submit_job(entrypoint=f"{sys.executable} -c 'import time; time.sleep(600)'",
+                             entrypoint_resources={"worker2": 0.1})
+    try:
+        wait_until("a job to run on worker 2", lambda: client.get_job_status(busy) == JobStatus.RUNNING,
+                   timeout=60, interval=0.5)
+        ray_faults.killed.append(2)  # restored by the fixture if the restart below fails half-way
+        planned_restart(ray_cluster, 2, "for a test")
+        ray_faults.killed.remove(2)
+    finally:
+        client.stop_job(busy)
     assert ray_cluster.worker(2).node_id != old
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # a few polls, as the loop would make
