@@ -567,6 +567,11 @@ PHRASINGS = {
     "JobInfo(status=FAILED, error_type='JOB_ENTRYPOINT_COMMAND_ERROR', driver_exit_code=1)": "RayJobEntrypointFailed",
     "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 131072, Hardware limit: 101376. "
     "Reducing block sizes or `num_stages` may help.": "KernelExceedsHardwareLimit",
+    "Failed to initialize NVML: Driver/library version mismatch": "DriverLibraryVersionMismatch",
+    "pynvml.NVMLError_LibRmVersionMismatch: RM has detected an NVML/RM version mismatch.": (
+        "DriverLibraryVersionMismatch"
+    ),
+    "kernel: NVRM: API mismatch: the client has the version 535.161.08, but": "DriverLibraryVersionMismatch",
 }
 
 
