@@ -302,7 +302,7 @@ class EvidenceBuilder:
         # No log (or none matched): classify the findings' own evidence lines, which detectors already matched.
         lines = [ev.text for f in findings for ev in f.evidence]
         matches = list(self.rules.scan(lines, source="findings"))
-        verdict = classify(matches, lines_scanned=len(lines))
+        verdict = classify(matches, lines_scanned=sum(len(source.lines) for source in logs) + len(lines))
         return verdict, None, matches_by_log, times_by_log
 
     def _window(self, source: LogSource, focus: int, *, before: int = WINDOW_BEFORE,

@@ -156,6 +156,14 @@ def test_report_reads_the_files_as_one_failure_and_prints_the_markdown(runner: C
     assert data["category"] == "node_lost" and data["llm"] is None and data["markdown"].startswith("# ")
 
 
+def test_a_report_with_no_failure_counts_the_lines_it_read(runner: CliRunner, tmp_path: Path) -> None:
+    healthy = tmp_path / "healthy.log"
+    healthy.write_text("INFO step:1 - actor/loss:0.31\nINFO step:2 - actor/loss:0.29\nINFO bye\n")
+    result = runner.invoke(make_app(), ["analyze", "--report", str(healthy)])
+    assert result.exit_code == 0, result.output
+    assert "No known failure signature was found in 3 lines." in result.stdout
+
+
 def test_llm_without_a_server_says_how_to_name_one(runner: CliRunner, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ARGUS_LLM_BASE_URL", raising=False)
