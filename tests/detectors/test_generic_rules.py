@@ -159,6 +159,14 @@ SHAPES = [
     ("The node gpu-node-3 became unavailable", "node_lost"),
     ("compute.instances.hostError: host maintenance event on instance train-7", "node_lost"),
     ("Warning  NodeStatusUnknown  node/gpu-7  Kubelet stopped reporting", "node_lost"),
+    # a crash in words other than Python's (Rust, Go), a package that would not build, an exceptions module's class
+    ("thread 'main' panicked at 'called `Result::unwrap()` on an `Err` value', src/main.rs:10:5", "user_error"),
+    ("panic: runtime error: invalid memory address or nil pointer dereference", "user_error"),
+    ("  error: subprocess-exited-with-error", "user_error"),
+    ("ray.exceptions.RuntimeEnvSetupError: Failed to set up runtime environment.", "user_error"),
+    ("torch._dynamo.exc.Unsupported: call_function BuiltinVariable(setattr)", "user_error"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmEx( handle, opa, opb)`",
+     "user_error"),
 ]
 
 
@@ -185,6 +193,7 @@ HEALTHY = [
     "UserWarning: torch.cuda.amp.GradScaler is deprecated",
     "INFO checkpoint saved to /ckpt/global_step_100 (12.3 GiB), 2.1 TiB free",
     "Killed 0 workers",
+    "asyncio.exceptions.CancelledError: ",
     "host-1:14926:14926 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
     "   JobState=RUNNING Reason=None FailedNode=(null) Dependency=(null)",
     "    Remapping Failure Occurred        : No",
