@@ -167,6 +167,11 @@ SHAPES = [
     ("torch._dynamo.exc.Unsupported: call_function BuiltinVariable(setattr)", "user_error"),
     ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmEx( handle, opa, opb)`",
      "user_error"),
+    # the transports under the collective libraries
+    ("[mlx5_0:1/IB] Transport retry count exceeded on mlx5_0:1/IB (status 12)", "nccl_error"),
+    ("NET/OFI Request 0x7f completed with error. RC: 5. Error: 5 (Input/output error). Completed length: 0",
+     "nccl_error"),
+    ("[1699999999.123] [node1:1234:0] ib_iface.c:746 UCX ERROR ibv_create_cq(cqe=4096) failed", "nccl_error"),
 ]
 
 
