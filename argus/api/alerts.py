@@ -27,22 +27,19 @@ ALERTMANAGER_PATH = "/v1/alerts/alertmanager"
 ALERT_WAIT_S = 5.0  # how long a request waits for its alerts to be filed (Alertmanager's own timeout is longer)
 
 
-def filer_of(request: Request) -> AlertFiler:
-    filer: AlertFiler = request.app.state.alert_filer
-    return filer.start()
-
-
 # 202: filing takes longer than ALERT_WAIT_S (a storm, a busy host): the alerts are queued, and filed behind the answer
 @router.post(ALERTMANAGER_PATH, dependencies=[Depends(require(Role.OPERATOR))],
              responses={202: {"description": "accepted and queued: filed within seconds, `queued` says how many"}})
 async def alertmanager(request: Request, body: Annotated[AlertmanagerWebhook, Body()]) -> Any:
     """Queue the alerts, then (where none were waiting) wait for them to be filed: firing alerts open or fold into
     incidents, resolved ones resolve the incident they opened."""
-    filer = filer_of(request)
+    filer: AlertFiler = request.app.state.alert_filer
     alerts = [alert.model_dump(mode="json") for alert in body.alerts]
     ids, waiting = await run_in_threadpool(filer.store.alert_inbox.put, alerts, group_key=body.groupKey,
                                            holder=filer.holder)
-    filer.wake()
+    # Started after the put (the first webhook starts it): started before, its first pass could take the alerts
+    # already waiting, and this request would wait for its own as if none were queued ahead of them.
+    filer.start().wake()
     filed = await run_in_threadpool(filer.wait_for, ids, ALERT_WAIT_S) if waiting == 0 else None
     answer = _answer(filed, queued=len(ids))
     request.state.audit_detail = {"group": body.groupKey[:200], **{k: answer[k] for k in
