@@ -182,14 +182,12 @@ def planned_restart(cluster: Any, index: int, why: str, env: dict[str, str] | No
                                               deadline_s=PLANNED_RESTART_DRAIN_DEADLINE_S))
     if not result.ok:
         raise ArgusError(f"could not drain worker {index} before restarting it: {result.describe()}")
-    past_deadline = time.monotonic() + PLANNED_RESTART_DRAIN_DEADLINE_S + 2
-    try:
+    try:  # the wait outlasts the deadline, which Ray counted from the drain above
         cluster.wait_node_state(node.node_id, "DEAD", timeout=PLANNED_RESTART_DRAIN_DEADLINE_S + 2)
     except TimeoutError:
         # Still busy past its deadline: end it as a cloud ends a preempted VM. Not with a SIGTERM: the raylet answers
         # one with a drain of its own ("Node received SIGTERM; draining before shutdown.", a later deadline) that
         # replaces ours, and a stop before that deadline is then an unexpected termination (seen in the GCS log).
-        time.sleep(max(0.0, past_deadline - time.monotonic()))
         cluster.kill_worker(index)
         cluster.wait_node_state(node.node_id, "DEAD", timeout=60)
     cluster.restart_worker(index, timeout=120, env=env)
