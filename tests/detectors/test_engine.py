@@ -531,6 +531,10 @@ PHRASINGS = {
     ),
     "slurmstepd: error: Detected 1 oom-kill event(s) in step 98765.batch cgroup.": "SlurmCgroupOomKill",
     "srun: error: gpu-node-07: task 5: Out Of Memory": "SlurmCgroupOomKill",
+    # userspace OOM killers, which act before the kernel's and leave no kernel OOM line
+    "Dec 17 10:04:41 ws systemd-oomd[588]: Killed /user.slice/user-1000.slice/session-3.scope due to memory pressure "
+    "for /user.slice/user-1000.slice being 71.20% > 50.00% for > 20s with reclaim activity": "UserspaceOomKiller",
+    "earlyoom[712]: low memory! at or below SIGTERM limits: mem 10.00%, swap 10.00%": "UserspaceOomKiller",
     # node_lost
     "slurmstepd: error: *** JOB 4242 ON gpu-node-03 CANCELLED AT 2025-01-02T03:04:05 DUE TO PREEMPTION ***": (
         "SlurmPreemptedOrNodeFailed"
@@ -572,6 +576,9 @@ PHRASINGS = {
         "DriverLibraryVersionMismatch"
     ),
     "kernel: NVRM: API mismatch: the client has the version 535.161.08, but": "DriverLibraryVersionMismatch",
+    "The server socket has failed to bind to 0.0.0.0:29500 (errno: 98 - Address already in use).": "PortAlreadyInUse",
+    "OSError: [Errno 98] Address already in use": "PortAlreadyInUse",
+    "EJ0003: Failed to bind the IP port. Reason: The IP address and port have been bound already.": "PortAlreadyInUse",
 }
 
 
@@ -618,6 +625,12 @@ NOT_THIS = [
     # a GPU allocation that TensorFlow reports as exhausted names no path: not a full disk
     ("Resource exhausted: OOM when allocating tensor with shape[1024,4096]", Category.DISK_FULL),
     ("INFO: ValueError handling is enabled", Category.USER_ERROR),
+    # PyTorch's warning that one address family would not bind (the other did), and a bind that will be retried
+    ("[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in "
+     "use).", Category.USER_ERROR),
+    ("gRPC server bind failed: Address already in use, retrying on another port", Category.USER_ERROR),
+    # a userspace OOM killer that only reports memory pressure has killed nothing
+    ("systemd-oomd[588]: Swap used (92.1%) over threshold, no candidates to kill", Category.HOST_OOM),
 ]
 
 

@@ -117,6 +117,10 @@ SHAPES = [
      "nccl_hang"),
     ("deepspeed.runtime.zero.partition_parameters: Timed out waiting for all gather", "nccl_hang"),
     ("Unable to determine the device handle for GPU 0000:41:00.0: Unknown Error", "gpu_hardware"),
+    # NVML's error code 15 is NVML_ERROR_GPU_IS_LOST, printed by number by tools that read NVML
+    ("WARN: NVML: can't get GPU #2, error code 15", "gpu_hardware"),
+    # cudnnCreate failing: the handle's memory could not be had on a full GPU
+    ("RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED", "gpu_oom"),
     # the NVIDIA kernel driver's own failure lines and nvidia-smi's unreadable fields, Vulkan's device OOM, a CI
     # runner that went silent (tests/rca_cases/339, 342, 341, 345)
     ("[   84.300480] NVRM: GPU6 kgmmuCheckMemSubsysError_IMPL: Memory Subsystem Error detected. "
@@ -214,6 +218,10 @@ HEALTHY = [
     # a graceful stop marked dead is no loss
     "Node is marked as dead by GCS as it's already shutting down.",
     "INFO node 3 marked healthy",
+    # TensorFlow's allocator saying its own warning is no failure (a faster algorithm's workspace did not fit)
+    "W tensorflow/core/common_runtime/bfc_allocator.cc:237] Allocator (GPU_0_bfc) ran out of memory trying to allocate "
+    "2.39GiB with freed_by_count=0. The caller indicates that this is not a failure, but may mean that there could be "
+    "performance gains if more memory were available.",
 ]
 
 
