@@ -76,18 +76,30 @@ OBSERVED_ONLY = frozenset({Category.IDLE_GPU, Category.UNSCHEDULABLE, Category.T
 # a task "cannot be scheduled right now" and the autoscaler logs at INFO that it ends an idle node, and both runs go on.
 # Such a line does not make the LLM's category stand where no rule saw a failure (measured: the small LLM turned those
 # two healthy logs into unschedulable and idle_gpu; NCCL reports its real errors at WARN, with failure words).
+# glog's letter comes first in Ray's C++ logs ("[2025-02-11 20:08:00,117 I 4121 4121] main.cc:284:") and in
+# TensorFlow's and absl's ("W tensorflow/core/common_runtime/bfc_allocator.cc:237]", "I0512 10:00:00.1 1 f.cc:12]",
+# after a timestamp and ": " in TensorFlow 1.x).
 _LEVEL = re.compile(r"\b(?P<word>INFO|DEBUG|TRACE|NOTICE|WARN(?:ING)?|ERROR|FATAL|CRITICAL)\b|"
-                    r"^\[[^\]]{0,40}\s(?P<letter>[IWEF])\s\d+\s\d+\]")
+                    r"^\[[^\]]{0,40}\s(?P<letter>[IWEF])\s\d+\s\d+\]|"
+                    r"(?:^|:\s)(?P<glog>[IWEF])(?:\d{4}\s[\d:.]{8,16}\s{1,4}\d{1,10})?\s[\w./-]{1,200}\.(?:cc|cpp|h|py):\d+\]")
+# A line that says itself it is no failure ("The caller indicates that this is not a failure", "can be safely
+# ignored") does not show one, whatever words it holds: TensorFlow's allocator warning reads "ran out of memory" and
+# the small LLM took it for a GPU OOM on a healthy run (measured on rounds 15-16 of the evaluation set).
+_DISCLAIMS = re.compile(r"(?i)\b(?:is|was|are) not (?:a |an )?(?:failure|error|problem)\b|\bnot a failure\b|"
+                        r"\b(?:can|may) (?:be )?(?:safely )?ignored?\b|\bsafe to ignore\b|\bharmless\b|\bbenign\b")
 _ROUTINE_LEVELS = frozenset({"INFO", "DEBUG", "TRACE", "NOTICE", "I"})
 _WARNING_LEVELS = frozenset({"WARN", "WARNING", "W"})
 
 
 def _routine(text: str) -> bool:
-    """The line is logged at a level that says the run goes on, and says nothing of a failure."""
+    """The line is logged at a level that says the run goes on, and says nothing of a failure; or it says itself
+    that it is no failure."""
+    if _DISCLAIMS.search(text[:4096]):
+        return True
     found = _LEVEL.search(text[:200])
     if found is None:
         return False
-    level = found.group("word") or found.group("letter")
+    level = found.group("word") or found.group("letter") or found.group("glog")
     if level in _ROUTINE_LEVELS:
         return True
     return level in _WARNING_LEVELS and not re.search(_FAILED, text[:4096], re.IGNORECASE)

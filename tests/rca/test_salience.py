@@ -145,3 +145,23 @@ def test_what_only_an_observation_shows_and_routine_lines_do_not_make_the_llm_st
                                               "Node gke-pool-1 was preempted"], RULES).accepted
     assert decide(nothing, "node_lost", 0.9, ["[2025-02-11 20:08:00,117 E 4121 4121] node 10.0.0.9 is dead"],
                   RULES).accepted
+
+
+def test_a_line_that_says_it_is_no_failure_and_glogs_routine_letters_do_not_make_the_llm_stand() -> None:
+    """Measured on rounds 15-16 of the evaluation set: the small LLM called a healthy TensorFlow run gpu_oom from its
+    allocator's warning, which reads "ran out of memory" and then says it is not a failure."""
+    from rca.classify import classify
+    from rca.verdict import decide
+
+    nothing = classify([])
+    disclaimed = ["W tensorflow/core/common_runtime/bfc_allocator.cc:237] Allocator (GPU_0_bfc) ran out of memory "
+                  "trying to allocate 2.39GiB with freed_by_count=0. The caller indicates that this is not a failure, "
+                  "but may mean that there could be performance gains if more memory were available."]
+    assert not decide(nothing, "gpu_oom", 0.9, disclaimed, RULES).accepted
+    assert not decide(nothing, "user_error", 0.9, ["2018-11-29 13:20:56.276236: W tensorflow/core/framework/"
+                                                   "op_kernel.cc:1192] Out of range: End of sequence"], RULES).accepted
+    assert not decide(nothing, "node_lost", 0.9, ["I0512 10:00:00.123456 4242 coordinator.cc:88] worker 3 is down "
+                                                  "for maintenance, as planned"], RULES).accepted
+    # glog's E and F letters are failures as much as ERROR is
+    assert decide(nothing, "gpu_oom", 0.9, ["E0512 10:00:00.123456 4242 allocator.cc:12] CUDA error: out of memory "
+                                            "allocating 2.0GiB"], RULES).accepted
