@@ -38,21 +38,28 @@ CATEGORY_MEANINGS: dict[Category, str] = {
 _FAILED = r"\b(?:error|errors|fail(?:ed|ure|s)?|refused|reset|closed|abort(?:ed)?|unreachable|no route|timed out)\b"
 SUPPORT: dict[Category, re.Pattern[str]] = {
     Category.GPU_OOM: re.compile(r"(?i)out of memory|\bOOM\b|OutOfMemory|cudaErrorMemoryAllocation|alloc(?:ate)? fail"),
+    # A host's memory use or pressure reported is no OOM: a healthy run prints both (DeepSpeed's see_memory_usage).
     Category.HOST_OOM: re.compile(r"(?i)out of memory|\bOOM\b|oom[-_ ]?kill|SIGKILL|signal 9|"
                                   r"exit(?:ed)? (?:code|status) -?(?:137|9)\b|\bKilled\b(?! 0\b)|"
-                                  r"memory (?:usage|pressure)|low on memory"),
-    Category.NCCL_HANG: re.compile(r"(?i)timed out|\btimeout\b(?!\s{0,3}[=:]\s{0,3}\d)|watchdog|\bhang(?:s|ing)?\b|"
-                                   r"\bhung\b|\bstuck\b|no progress|\bstall(?:s|ed)?\b"),
+                                  r"low on memory|cannot allocate memory"),
+    # A watchdog named is not one that fired ("watchdog thread started"): it shows a hang where it timed out or caught.
+    Category.NCCL_HANG: re.compile(r"(?i)timed out|\btimeout\b(?!\s{0,3}[=:]\s{0,3}\d)|\bhang(?:s|ing)?\b|"
+                                   r"\bhung\b|\bstuck\b|no progress|\bstall(?:s|ed)?\b|"
+                                   r"watchdog\b[^\n]{0,80}\b(?:caught|fired|abort\w{0,3}|terminat\w{0,6})\b"),
     # NCCL's WARN that libibverbs or a net plugin is missing is its fall-back to sockets, not a failure
     Category.NCCL_ERROR: re.compile(r"(?i)^(?![^\n]*(?:\bINFO\b|libibverbs|plugin|fall(?:ing)? ?back))"
                                     r"(?=[^\n]*(?:\bNCCL\b|\bNET/|ibv_|mlx5|\bgloo\b|\bc10d\b|"
                                     r"socket|connection))[^\n]*" + _FAILED),
-    Category.NODE_LOST: re.compile(r"(?i)marked (?:as )?dead|pre-?empt|\b(?:node|raylet|host|instance|worker|machine|"
+    # "preemption" as a feature ("preemptible nodes", "preemption enabled") is not a node taken away.
+    Category.NODE_LOST: re.compile(r"(?i)marked (?:as )?dead|\bpre-?empted\b|\bpre-?emption (?:notice|event|detected)|"
+                                   r"\b(?:node|raylet|host|instance|worker|machine|"
                                    r"gcs)\b[^\n]{0,160}\b(?:dead|died|lost|down|unreachable|terminated|failed|"
                                    r"failure|timed out|disconnected|not responding)\b|heartbeats?\b[^\n]{0,80}"
                                    r"\b(?:missed|lost|failed|timed out)\b"),
-    Category.GPU_HARDWARE: re.compile(r"(?i)\bXid\b|\bECC\b|fallen off the bus|uncorrectable|row remap|NVLink|"
-                                      r"device handle|GPU has fallen|PCIe"),
+    # ECC, NVLink and PCIe named are a GPU's parts, not its faults ("NVLink detected", "PCIe Gen4 x16", "ECC: On").
+    Category.GPU_HARDWARE: re.compile(r"(?i)\bXid\b|fallen off the bus|uncorrectable|row remap\w{0,4} fail|"
+                                      r"\b(?:ECC|NVLink|PCIe)\b[^\n]{0,80}?\b(?:errors?|fault\w{0,2}|fail\w{0,4}|down)\b"
+                                      r"(?![^\n]{0,16}?[:=]\s{0,4}0\b)|device handle|GPU has fallen|GPU is lost"),
     # /dev/shm named is not /dev/shm full: Ray warns it uses /tmp when /dev/shm is small, and the run goes on
     Category.DISK_FULL: re.compile(r"(?i)no space|disk (?:quota|full)|ENOSPC|errno 28|quota exceeded|"
                                    r"/dev/shm\b[^\n]{0,80}?\b(?:is full|full\b|too small to|failed|cannot|unable)"),

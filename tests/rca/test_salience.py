@@ -162,6 +162,16 @@ def test_a_line_that_says_it_is_no_failure_and_glogs_routine_letters_do_not_make
                                                    "op_kernel.cc:1192] Out of range: End of sequence"], RULES).accepted
     assert not decide(nothing, "node_lost", 0.9, ["I0512 10:00:00.123456 4242 coordinator.cc:88] worker 3 is down "
                                                   "for maintenance, as planned"], RULES).accepted
+    # a part named is not a part failed, a feature named is not the event, a figure reported is no OOM
+    assert not decide(nothing, "gpu_hardware", 0.9, ["GPU 0: NVLink 4 links active, PCIe Gen4 x16, ECC enabled"],
+                      RULES).accepted
+    assert not decide(nothing, "node_lost", 0.9, ["Using preemptible nodes for the rollout workers"], RULES).accepted
+    assert not decide(nothing, "host_oom", 0.9, ["CPU Virtual Memory: used = 26.4 GB, memory usage 84.6%"],
+                      RULES).accepted
+    assert not decide(nothing, "nccl_hang", 0.9, ["ProcessGroupNCCL heartbeat watchdog thread started"],
+                      RULES).accepted
+    assert decide(nothing, "gpu_hardware", 0.9, ["GPU 3: NVLink error on link 2, replay count rising"], RULES).accepted
+    assert decide(nothing, "node_lost", 0.9, ["worker-7 was preempted by the cloud provider"], RULES).accepted
     # glog's E and F letters are failures as much as ERROR is
     assert decide(nothing, "gpu_oom", 0.9, ["E0512 10:00:00.123456 4242 allocator.cc:12] CUDA error: out of memory "
                                             "allocating 2.0GiB"], RULES).accepted
