@@ -172,6 +172,10 @@ def test_a_line_that_says_it_is_no_failure_and_glogs_routine_letters_do_not_make
                       RULES).accepted
     assert decide(nothing, "gpu_hardware", 0.9, ["GPU 3: NVLink error on link 2, replay count rising"], RULES).accepted
     assert decide(nothing, "node_lost", 0.9, ["worker-7 was preempted by the cloud provider"], RULES).accepted
+    # advice that guesses shows nothing: vLLM prints it for every slow step (dev case 313, a healthy model load)
+    slow_step = ("No available shared memory broadcast block found in 60 seconds. This typically happens when some "
+                 "processes are hanging or doing some time-consuming work (e.g. compilation).")
+    assert not decide(nothing, "nccl_hang", 0.9, [slow_step], RULES).accepted
     # glog's E and F letters are failures as much as ERROR is
     assert decide(nothing, "gpu_oom", 0.9, ["E0512 10:00:00.123456 4242 allocator.cc:12] CUDA error: out of memory "
                                             "allocating 2.0GiB"], RULES).accepted
