@@ -59,7 +59,7 @@ SUPPORT: dict[Category, re.Pattern[str]] = {
     # ECC, NVLink and PCIe named are a GPU's parts, not its faults ("NVLink detected", "PCIe Gen4 x16", "ECC: On").
     Category.GPU_HARDWARE: re.compile(r"(?i)\bXid\b|fallen off the bus|uncorrectable|row remap\w{0,4} fail|"
                                       r"\b(?:ECC|NVLink|PCIe)\b[^\n]{0,80}?\b(?:errors?|fault\w{0,2}|fail\w{0,4}|down)\b"
-                                      r"(?![^\n]{0,16}?[:=]\s{0,4}0\b)|device handle|GPU has fallen|GPU is lost"),
+                                      r"(?![^\n]{0,16}?[:=]\s{0,4}0\b)|device handle|GPU has fallen"),
     # /dev/shm named is not /dev/shm full: Ray warns it uses /tmp when /dev/shm is small, and the run goes on
     Category.DISK_FULL: re.compile(r"(?i)no space|disk (?:quota|full)|ENOSPC|errno 28|quota exceeded|"
                                    r"/dev/shm\b[^\n]{0,80}?\b(?:is full|full\b|too small to|failed|cannot|unable)"),
