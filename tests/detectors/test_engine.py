@@ -579,6 +579,17 @@ PHRASINGS = {
     "The server socket has failed to bind to 0.0.0.0:29500 (errno: 98 - Address already in use).": "PortAlreadyInUse",
     "OSError: [Errno 98] Address already in use": "PortAlreadyInUse",
     "EJ0003: Failed to bind the IP port. Reason: The IP address and port have been bound already.": "PortAlreadyInUse",
+    "slurmstepd: error: *** STEP 55595933.0 ON gpu-17 CANCELLED AT 2025-01-10T15:27:25 DUE TO TIME LIMIT ***": (
+        "JobTimeLimitReached"
+    ),
+    "=>> PBS: job killed: walltime 3622 exceeded limit 3600": "JobTimeLimitReached",
+    "TERM_RUNLIMIT: job killed after reaching LSF run time limit.": "JobTimeLimitReached",
+    "Warning  DeadlineExceeded  job/train  Job was active longer than specified deadline": "JobTimeLimitReached",
+    "[E ProcessGroupGloo.cpp:138] [Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 1800000 ms": (
+        "MonitoredBarrierTimeout"
+    ),
+    "EI0002: The wait execution of the Notify register times out. Reason: The Notify register has not received the "
+    "Notify record from remote rank [3].": "HcclNotifyWaitTimeout",
 }
 
 

@@ -69,6 +69,12 @@ SHAPES = [
      "gpu_oom"),
     ("INFO worker.py:267] the rest of the memory reserved for KV Cache is -0.42GiB.", "gpu_oom"),
     ("RuntimeError: Insufficient space in /dev/shm: 512 MiB required, 64 MiB free.", "disk_full"),
+    # MindSpore's device allocator; TH's CPU allocator (Torch7), whose lower-case "tried to allocate" is the host's
+    ("[ERROR] PRE_ACT(145615,fffbdf67f120,python):2025-01-12-09:48:13.703.514 [mem_dynamic_allocator.cc:392] "
+     "TotalUsedMemStatistics : 24725382656 plus alloc size : 100555779072 is more than total mem size : 61079552000.",
+     "gpu_oom"),
+    ("luajit: $ Torch: not enough memory: you tried to allocate 2GB. Buy new RAM! at THGeneral.c:266", "host_oom"),
+    ('Kernel module "ib_umad" has not been loaded, fabric manager cannot be started', "gpu_hardware"),
     ("Status Reason: Host EC2 (instance i-0abc123def4567890) terminated.", "node_lost"),
     ("WARN Master: Removing worker worker-20250101-10.0.0.5-7078 because we got no heartbeat in 60 seconds",
      "node_lost"),
