@@ -583,6 +583,18 @@ PHRASINGS = {
         "JobTimeLimitReached"
     ),
     "=>> PBS: job killed: walltime 3622 exceeded limit 3600": "JobTimeLimitReached",
+    "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, invalid usage, NCCL "
+    "version 2.14.3": "NcclInvalidUsage",
+    "WARNING:torch.distributed.elastic.agent.server.api:Received 1 death signal, shutting down workers": (
+        "LaunchTerminalHangup"
+    ),
+    "torch.distributed.elastic.agent.server.api:[default] Received Signals.SIGHUP death signal, shutting down workers": (
+        "LaunchTerminalHangup"
+    ),
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 40321 got signal: 1": "LaunchTerminalHangup",
+    "FileNotFoundError: [Errno 2] No usable temporary directory found in ['/tmp', '/var/tmp', '/usr/tmp', '/root']": (
+        "NoUsableTempDirectory"
+    ),
     "TERM_RUNLIMIT: job killed after reaching LSF run time limit.": "JobTimeLimitReached",
     "Warning  DeadlineExceeded  job/train  Job was active longer than specified deadline": "JobTimeLimitReached",
     "[E ProcessGroupGloo.cpp:138] [Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 1800000 ms": (
@@ -598,10 +610,23 @@ def test_every_fault_class_matches_its_real_phrasings(line: str, reason: str) ->
     assert reason in [r.reason for r in builtin_rules().match(line)]
 
 
-def test_the_inotify_limit_is_no_full_disk() -> None:
-    # Node.js says ENOSPC for "too many file watchers" too; the disk has room
-    line = "Error: ENOSPC: System limit for number of file watchers reached, watch '/app/src'"
+@pytest.mark.parametrize("line", [
+    # Node.js says ENOSPC for "too many file watchers" too, and Python's watchdog errno 28; the disk has room
+    "Error: ENOSPC: System limit for number of file watchers reached, watch '/app/src'",
+    "OSError: [Errno 28] inotify watch limit reached",
+])
+def test_the_inotify_limit_is_no_full_disk(line: str) -> None:
     assert [r.reason for r in builtin_rules().match(line) if r.category.value == "disk_full"] == []
+
+
+@pytest.mark.parametrize("line", [
+    "WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down workers",
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 40321 got signal: 15",
+    "Received 10 death signal, shutting down workers",
+])
+def test_only_a_hangup_is_read_as_the_launching_terminal_closing(line: str) -> None:
+    # SIGTERM may come from a scheduler, a preemption or a person: which one, the line does not say
+    assert "LaunchTerminalHangup" not in [r.reason for r in builtin_rules().match(line)]
 
 
 # Lines that look close to a fault but are not that fault.
