@@ -74,6 +74,10 @@ SHAPES = [
      "TotalUsedMemStatistics : 24725382656 plus alloc size : 100555779072 is more than total mem size : 61079552000.",
      "gpu_oom"),
     ("luajit: $ Torch: not enough memory: you tried to allocate 2GB. Buy new RAM! at THGeneral.c:266", "host_oom"),
+    ("MemoryError: std::bad_alloc: out_of_memory: RMM failure at:/opt/conda/include/rmm/mr/device/"
+     "pool_memory_resource.hpp:196: Maximum pool size exceeded", "gpu_oom"),
+    ("concurrent.futures.process.BrokenProcessPool: A process in the process pool was terminated abruptly while the "
+     "future was running or pending.", "host_oom"),
     ('Kernel module "ib_umad" has not been loaded, fabric manager cannot be started', "gpu_hardware"),
     ("Status Reason: Host EC2 (instance i-0abc123def4567890) terminated.", "node_lost"),
     ("WARN Master: Removing worker worker-20250101-10.0.0.5-7078 because we got no heartbeat in 60 seconds",
