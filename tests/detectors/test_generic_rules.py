@@ -79,6 +79,10 @@ SHAPES = [
     ("concurrent.futures.process.BrokenProcessPool: A process in the process pool was terminated abruptly while the "
      "future was running or pending.", "host_oom"),
     ('Kernel module "ib_umad" has not been loaded, fabric manager cannot be started', "gpu_hardware"),
+    # NVIDIA's Kubernetes device plugin; UCX's signal handler on a SIGBUS (shared memory that could not be backed)
+    ("2020/08/10 19:09:42 XidCriticalError: Xid=69 on Device=GPU-7540a9b3-eeb9-1214-1526-f93c9ea826a8, the device "
+     "will go unhealthy.", "gpu_hardware"),
+    ("[node-3:1    :0:381] Caught signal 7 (Bus error: nonexistent physical address)", "disk_full"),
     ("Status Reason: Host EC2 (instance i-0abc123def4567890) terminated.", "node_lost"),
     ("WARN Master: Removing worker worker-20250101-10.0.0.5-7078 because we got no heartbeat in 60 seconds",
      "node_lost"),
@@ -228,6 +232,8 @@ HEALTHY = [
     # a graceful stop marked dead is no loss
     "Node is marked as dead by GCS as it's already shutting down.",
     "INFO node 3 marked healthy",
+    # "=" in a printed setting
+    "DCGM_HEALTH_WATCH_XID=0 xid_skip=79",
     # TensorFlow's allocator saying its own warning is no failure (a faster algorithm's workspace did not fit)
     "W tensorflow/core/common_runtime/bfc_allocator.cc:237] Allocator (GPU_0_bfc) ran out of memory trying to allocate "
     "2.39GiB with freed_by_count=0. The caller indicates that this is not a failure, but may mean that there could be "
@@ -263,6 +269,9 @@ def test_the_generic_tier_alone_reads_what_a_signature_reads(line: str, category
 
 @pytest.mark.parametrize(("line", "not_this"), [
     ("Exception: Server process terminated unexpectedly.", "GenericNodeGone"),  # a process, not a machine
+    # Xid 43 is the application's (a kernel it ran faulted), in the device plugin's words too
+    ("2020/08/10 19:09:42 XidCriticalError: Xid=43 on Device=GPU-7540a9b3, the device will go unhealthy.",
+     "GenericGpuFault"),
     ("[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out.", "GenericCollectiveTimeout"),
     # an actor's own exception in its creation task is not a process that vanished
     ("ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation task, "
