@@ -83,6 +83,11 @@ SHAPES = [
     ("2020/08/10 19:09:42 XidCriticalError: Xid=69 on Device=GPU-7540a9b3-eeb9-1214-1526-f93c9ea826a8, the device "
      "will go unhealthy.", "gpu_hardware"),
     ("[node-3:1    :0:381] Caught signal 7 (Bus error: nonexistent physical address)", "disk_full"),
+    # Ray's system exceptions for objects whose owner or holder is gone: not the job's own error
+    ("ray.exceptions.OwnerDiedError: Failed to retrieve object 00ffffffffffffffffffffffffffffffffffffff0100000001000000. "
+     "The object's owner has exited.", "node_lost"),
+    ("ray.exceptions.ObjectReconstructionFailedMaxAttemptsExceededError: Failed to retrieve object 00ff. The object "
+     "cannot be reconstructed because the maximum number of task retries has been exceeded.", "node_lost"),
     ("Status Reason: Host EC2 (instance i-0abc123def4567890) terminated.", "node_lost"),
     ("WARN Master: Removing worker worker-20250101-10.0.0.5-7078 because we got no heartbeat in 60 seconds",
      "node_lost"),
