@@ -588,10 +588,12 @@ PHRASINGS = {
     "WARNING:torch.distributed.elastic.agent.server.api:Received 1 death signal, shutting down workers": (
         "LaunchTerminalHangup"
     ),
-    "torch.distributed.elastic.agent.server.api:[default] Received Signals.SIGHUP death signal, shutting down workers": (
+    "torch.distributed.elastic.agent.server.api:[default] Received Signals.SIGHUP death signal, shutting down": (
         "LaunchTerminalHangup"
     ),
-    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 40321 got signal: 1": "LaunchTerminalHangup",
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 40321 got signal: 1": (
+        "LaunchTerminalHangup"
+    ),
     "FileNotFoundError: [Errno 2] No usable temporary directory found in ['/tmp', '/var/tmp', '/usr/tmp', '/root']": (
         "NoUsableTempDirectory"
     ),

@@ -84,7 +84,7 @@ SHAPES = [
      "will go unhealthy.", "gpu_hardware"),
     ("[node-3:1    :0:381] Caught signal 7 (Bus error: nonexistent physical address)", "disk_full"),
     # Ray's system exceptions for objects whose owner or holder is gone: not the job's own error
-    ("ray.exceptions.OwnerDiedError: Failed to retrieve object 00ffffffffffffffffffffffffffffffffffffff0100000001000000. "
+    ("ray.exceptions.OwnerDiedError: Failed to retrieve object 00ffffffffffffffffffffffffffffffffffffff0100000001. "
      "The object's owner has exited.", "node_lost"),
     ("ray.exceptions.ObjectReconstructionFailedMaxAttemptsExceededError: Failed to retrieve object 00ff. The object "
      "cannot be reconstructed because the maximum number of task retries has been exceeded.", "node_lost"),
