@@ -583,6 +583,16 @@ PHRASINGS = {
         "JobTimeLimitReached"
     ),
     "=>> PBS: job killed: walltime 3622 exceeded limit 3600": "JobTimeLimitReached",
+    "gpu-1:1234:1250 [0] init.cc:1570 NCCL WARN NCCL library is too old. This application was compiled with NCCL "
+    "version 22105, but is running with NCCL 21805": "NcclLibraryTooOld",
+    "gpu-1:1234:1250 [0] init.cc:112 NCCL WARN CUDA Driver version found is 11040. Minimum requirement is 12000": (
+        "NcclLibraryTooOld"
+    ),
+    "gpu-1:1234:1250 [0] transport/net_ib.cc:181 NCCL WARN NET/IB : mlx5_0:1 async fatal event on CQ (0x7f00) "
+    "handle=3 cqe=2: CQ error": "NcclIbAsyncFatalEvent",
+    "gpu-1:1234:1250 [0] transport/net_ib.cc:195 NCCL WARN NET/IB : mlx5_0:1 async fatal event: port error": (
+        "NcclIbAsyncFatalEvent"
+    ),
     "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, invalid usage, NCCL "
     "version 2.14.3": "NcclInvalidUsage",
     "WARNING:torch.distributed.elastic.agent.server.api:Received 1 death signal, shutting down workers": (

@@ -83,6 +83,12 @@ SHAPES = [
     ("2020/08/10 19:09:42 XidCriticalError: Xid=69 on Device=GPU-7540a9b3-eeb9-1214-1526-f93c9ea826a8, the device "
      "will go unhealthy.", "gpu_hardware"),
     ("[node-3:1    :0:381] Caught signal 7 (Bus error: nonexistent physical address)", "disk_full"),
+    # NCCL's WARN texts for connections it could not set up (from NCCL's sources)
+    ("gpu-1:1234:1234 [0] bootstrap.cc:99 NCCL WARN Bootstrap : no socket interface found", "nccl_error"),
+    ("gpu-1:1234:1250 [3] transport.cc:52 NCCL WARN Rank 3 has no transport for connecting peer 5 on channel 0/2",
+     "nccl_error"),
+    ("gpu-1:1234:1250 [0] init.cc:730 NCCL WARN Mismatched NCCL version detected : rank 0 version 21903 rank 8 version "
+     "21805", "nccl_error"),
     # Ray's system exceptions for objects whose owner or holder is gone: not the job's own error
     ("ray.exceptions.OwnerDiedError: Failed to retrieve object 00ffffffffffffffffffffffffffffffffffffff0100000001. "
      "The object's owner has exited.", "node_lost"),
@@ -237,6 +243,9 @@ HEALTHY = [
     # a graceful stop marked dead is no loss
     "Node is marked as dead by GCS as it's already shutting down.",
     "INFO node 3 marked healthy",
+    # NCCL says so when an InfiniBand event is not fatal
+    "gpu-1:1234:1260 [0] transport/net_ib.cc:170 NCCL WARN NET/IB : mlx5_0:1 Got non-fatal async event: GID table "
+    "change(18)",
     # "=" in a printed setting
     "DCGM_HEALTH_WATCH_XID=0 xid_skip=79",
     # TensorFlow's allocator saying its own warning is no failure (a faster algorithm's workspace did not fit)
