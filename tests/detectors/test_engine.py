@@ -583,6 +583,10 @@ PHRASINGS = {
         "JobTimeLimitReached"
     ),
     "=>> PBS: job killed: walltime 3622 exceeded limit 3600": "JobTimeLimitReached",
+    "[rank1]:[E1130 ProcessGroupNCCL.cpp:1413] [PG 0 Rank 1] Received a dump signal due to a collective timeout from "
+    "this local rank and we will try our best to dump the debug info.": "NcclTimeoutDebugDump",
+    "[rank3]:[E1130 ProcessGroupNCCL.cpp:1413] [PG 0 Rank 3] Received a global timeout from another rank and will "
+    "start to dump the debug info.": "NcclTimeoutDebugDump",
     "gpu-1:1234:1250 [0] init.cc:1570 NCCL WARN NCCL library is too old. This application was compiled with NCCL "
     "version 22105, but is running with NCCL 21805": "NcclLibraryTooOld",
     "gpu-1:1234:1250 [0] init.cc:112 NCCL WARN CUDA Driver version found is 11040. Minimum requirement is 12000": (
