@@ -12,8 +12,9 @@ import re
 
 # After a key: an optional closing quote (backslash-escaped in JSON inside a JSON string), then `:` or `=`.
 _KEY_END = r"""\\?["']?[ \t]*[:=][ \t]*"""
-# Values that say a secret is missing or already hidden; they are evidence, not secrets.
-_NOT_A_VALUE = r"""(?!\\?["']?(?:none|null|nil|undefined|true|false|\*+|x{3,}|<[\w -]{0,40}>|\$\{?\w{1,64}\}?)?\\?["']?(?:[\s,;)\]}&]|$))"""  # noqa: E501
+# Values that say a secret is missing or already hidden, or switch a setting (ssh's `-o PasswordAuthentication=no`);
+# they are evidence, not secrets.
+_NOT_A_VALUE = r"""(?!\\?["']?(?:none|null|nil|undefined|true|false|yes|no|on|off|enabled|disabled|\*+|x{3,}|<[\w -]{0,40}>|\$\{?\w{1,64}\}?)?\\?["']?(?:[\s,;)\]}&]|$))"""  # noqa: E501
 # A value that is code, not data (`api_key = os.environ["X"]`, `token=get_token()` in a traceback).
 _NOT_CODE = r"(?![\w.]+[(\[])"
 

@@ -316,6 +316,9 @@ POSITIVES = [
 # Real lines that must come out byte-identical: counted tokens, tokenizers, ids, UUIDs, addresses, masked or
 # missing secrets (evidence), near misses of every shape.
 NEGATIVES = [
+    # DeepSpeed's launcher checking ssh (tests/rca_cases/486): a setting switched off, not a password
+    "subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no 192.168.3.100 hostname' returned "
+    "non-zero exit status 255.",
     # verl-project/verl#1208
     "(TaskRunner pid=16292) step:2 - global_seqlen/min:538646.000 - actor/kl_loss:0.001 - actor/pg_loss:0.001 - "
     "response_length/mean:324.958 - prompt_length/clip_ratio:0.000 - timing_s/gen:74.020 - timing_s/step:96.551 - "
