@@ -597,8 +597,6 @@ PHRASINGS = {
     "gpu-1:1234:1250 [0] transport/net_ib.cc:195 NCCL WARN NET/IB : mlx5_0:1 async fatal event: port error": (
         "NcclIbAsyncFatalEvent"
     ),
-    "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, invalid usage, NCCL "
-    "version 2.14.3": "NcclInvalidUsage",
     "WARNING:torch.distributed.elastic.agent.server.api:Received 1 death signal, shutting down workers": (
         "LaunchTerminalHangup"
     ),
