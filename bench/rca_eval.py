@@ -140,14 +140,6 @@ def llm_writer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return _WRITER[0]
 
 
-def unknown_share(scores: Scores) -> float | None:
-    """The share of failure logs (expected category other than unknown) that were called unknown."""
-    failures = [r for r in scores.results if r.case.category is not Category.UNKNOWN]
-    if not failures:
-        return None
-    return sum(r.predicted is Category.UNKNOWN for r in failures) / len(failures)
-
-
 def llm_summary(run: Run) -> dict[str, float]:
     answered = [a for a in run.llm if a["ok"]]
     seconds = sorted(a["seconds"] for a in run.llm if a.get("seconds") is not None)
@@ -187,7 +179,7 @@ def score_fold(name: str, root: Path, args: argparse.Namespace, console: Console
 
         scores = evaluate(cases, counted)
     result: dict[str, Any] = {"fold": name, "root": str(root), "scores": scores, "run": run,
-                              "unknown_on_failures": unknown_share(scores)}
+                              "unknown_on_failures": scores.unknown_on_failures}
     if run.seconds:
         ordered = sorted(run.seconds)
         result["seconds_per_report_median"] = round(ordered[len(ordered) // 2], 2)

@@ -3,7 +3,8 @@
 A rule file is YAML in the node-problem-detector style: a file-level `source` (the log stream the rules
 read: job-logs, raylet, gcs, ... or a list of them) and a `rules:` list. Every pattern is compiled at
 load, so a bad rule stops Argus at start with the file and line of the rule, never at 3 a.m. on the
-first matching line.
+first matching line. A rule reads a line as its program wrote it (`rule_text`: past colours, a log store's JSON
+and a launcher's head such as "[rank3]:", core.line_shapes); a match keeps the line as written.
 
 One module past 400 lines on purpose: the rule type, its loader, the matcher with its literal gate and the
 root-cause order (signatures, then generic rules, then warnings) are one contract that every reader of rules
@@ -25,6 +26,7 @@ from loguru import logger
 
 from core.errors import RuleError
 from core.limits import MAX_LINE_BYTES, MAX_LINE_CHARS
+from core.line_shapes import body, unwrap, unwrap_block
 from core.literal_gate import (
     CharCosts,
     LiteralGate,
@@ -186,15 +188,20 @@ class RuleSet:
         line_no, line = last
         text, truncated = clip_line(line.rstrip("\r\n"))
         return [RuleMatch(rule=rule, line_no=line_no, text=text, source=source, truncated=truncated)
-                for rule in self.endings if rule.regex.search(text)]
+                for rule in _found(self.endings, text)]
 
     def match(self, text: str) -> list[LogRule]:
-        """Every rule whose pattern is found in the line, in rule order."""
-        text, _ = clip_line(text)
+        """Every rule whose pattern is found in the line (or in its body, past a launcher's head: core.line_shapes),
+        in rule order."""
+        return self._matching(clip_line(text)[0])
+
+    def _matching(self, text: str) -> list[LogRule]:
+        """`match` on a line already clipped."""
+        read = rule_text(text)
         gate = self._line_gate
         if gate.ungated or not gate.gated:
-            return [r for r in self.rules if r.regex.search(text)]
-        return [rule for rule in self._candidates(gate, text) if rule.regex.search(text)]
+            return [rule for rule in self.rules if rule.regex.search(read)]
+        return [rule for rule in self._candidates(gate, read) if rule.regex.search(read)]
 
     def block_gate(self, sample: bytes = b"", *, kind: str | None = None, native: bool = True) -> LiteralGate:
         """The gate `scan_stream` puts in front of the rules, for a caller that scans bytes blocks itself (a node
@@ -220,7 +227,7 @@ class RuleSet:
         """Match every line; `source` names where the lines came from (a path, a stream) in the matches."""
         for line_no, raw in enumerate(lines, start=start_line):
             text, truncated = clip_line(raw.rstrip("\r\n"))
-            for rule in self.match(text):
+            for rule in self._matching(text):
                 yield RuleMatch(rule=rule, line_no=line_no, text=text, source=source, truncated=truncated)
 
     def scan_stream(
@@ -282,13 +289,17 @@ class RuleSet:
             for offset, raw in enumerate(block[:-1].split(b"\n")):
                 yield from self._match_raw(raw, first + offset, source, self.rules)
             return
+        # Colours inside a word or JSON quoting would hide the rules' literals from the gate: it reads the block
+        # unwrapped (the same lines, core.line_shapes), and matches keep each line as written.
+        plain = unwrap_block(block)
+        written = block.split(b"\n") if plain is not block else None
         counted, line_no = 0, first
-        for start, end, first_hit in gate.lines(block):
-            line_no += block.count(b"\n", counted, start)
+        for start, end, first_hit in gate.lines(plain):
+            line_no += plain.count(b"\n", counted, start)
             counted = start
-            line = block[start:end]
-            candidates = self._candidates(gate, line, first_hit)
+            candidates = self._candidates(gate, plain[start:end], first_hit)
             if candidates:
+                line = written[line_no - first] if written is not None else plain[start:end]
                 yield from self._match_raw(line, line_no, source, candidates)
 
     def _candidates(self, gate: LiteralGate, line: str | bytes, first_hit: int = 0) -> list[LogRule]:
@@ -298,9 +309,23 @@ class RuleSet:
     @staticmethod
     def _match_raw(raw: bytes, line_no: int, source: str, rules: Sequence[LogRule]) -> Iterator[RuleMatch]:
         text, truncated = clip_line(raw[:MAX_LINE_BYTES].decode("utf-8", errors="replace").rstrip("\r\n"))
-        for rule in rules:
-            if rule.regex.search(text):
-                yield RuleMatch(rule=rule, line_no=line_no, text=text, source=source, truncated=truncated)
+        for rule in _found(rules, text):
+            yield RuleMatch(rule=rule, line_no=line_no, text=text, source=source, truncated=truncated)
+
+
+def rule_text(line: str) -> str:
+    """What rules read of a line: the program's own words, past the wrapper a log store put around them (colours,
+    Docker's JSON) and the heads a runtime or launcher put in front (a timestamp, Ray's worker prefix, a rank:
+    core.line_shapes). A rule anchored at the start of a traceback's header reads it after "[rank3]: " too, and a
+    whole-line exclusion ("not a [W ...] warning") judges the program's line, not the launcher's head. Matches keep
+    the line as written: that is the evidence."""
+    return body(unwrap(line))
+
+
+def _found(rules: Iterable[LogRule], text: str) -> list[LogRule]:
+    """The rules found in a line as written (clipped)."""
+    read = rule_text(text)
+    return [rule for rule in rules if rule.regex.search(read)]
 
 
 def builtin_rule_dir() -> Path:

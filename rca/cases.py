@@ -255,6 +255,14 @@ class Scores:
         return sum(shares) / len(shares) if shares else None
 
     @property
+    def unknown_on_failures(self) -> float | None:
+        """The share of failure logs (expected category other than unknown) that were called unknown."""
+        failures = [r for r in self.results if r.case.category is not Category.UNKNOWN]
+        if not failures:
+            return None
+        return sum(r.predicted is Category.UNKNOWN for r in failures) / len(failures)
+
+    @property
     def misses(self) -> list[CaseResult]:
         return [r for r in self.results if not r.correct]
 

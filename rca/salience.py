@@ -19,6 +19,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.line_shapes import body, unwrap
+
 # Words that mark a line as a failure or its trace. Case-insensitive, whole words; counts like "errors: 0" are
 # not skipped here (the LLM sees the line and judges), but a line with no such word is never picked for them.
 FAILURE_WORDS = re.compile(
@@ -29,8 +31,6 @@ FAILURE_WORDS = re.compile(
 )
 TRACEBACK_START = "Traceback (most recent call last)"
 FRAME = re.compile(r"^\s*File \"[^\"\n]{1,400}\", line \d+")
-# Ray puts "(TaskRunner pid=123, ip=10.0.0.1) " ahead of every line a worker prints: a frame under it is a frame.
-RAY_PREFIX = re.compile(r"^\((?:\w[^()\n]{0,120})\) ?")
 LAST_LINES = 5
 FRAMES_KEPT = 2  # a traceback's last frames: where it was raised, and what called it
 MAX_TEXT = 400
@@ -106,5 +106,6 @@ def _traceback_ends(lines: Sequence[str]) -> list[int]:
 
 
 def _body(text: str) -> str:
-    """The line without the prefix Ray puts ahead of a worker's output."""
-    return RAY_PREFIX.sub("", text, count=1)
+    """The line as the program printed it: a frame under Ray's "(TaskRunner pid=123, ip=10.0.0.1) ", a torchrun rank's
+    "[rank3]:" or a container runtime's timestamp is a frame (core.line_shapes)."""
+    return body(unwrap(text))

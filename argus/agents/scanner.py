@@ -33,6 +33,7 @@ from collectors.logs import LogBlock, LogTailer, decode_line
 from collectors.offsets import OffsetStore
 from collectors.ray_logs import KERNEL_FILE, AgentLineRecord, stream_of
 from core import signal_keys as keys
+from core.line_shapes import unwrap_block
 from core.literal_gate import LiteralGate, PrefilterLines, alternatives
 from detectors.engine import RuleSet, clip_line
 from detectors.stall import DEFAULT_PATTERNS, ProgressPattern
@@ -174,7 +175,16 @@ class NodeScanner:
         count = data.count(b"\n")
         self.lines_read += count
         found: dict[int, tuple[int, bool]] = {}  # line start -> (its newline, matched a rule)
-        for start, end, _ in self._gate_for(stream, data).lines(data):
+        # The gate reads the lines unwrapped (colours inside a word, JSON quoting: core.line_shapes), the same lines;
+        # what is picked and sent is each line as written.
+        plain = unwrap_block(data)
+        spans = _line_spans(data) if plain is not data else None
+        counted, index = 0, 0
+        for start, end, _ in self._gate_for(stream, plain).lines(plain):
+            if spans is not None:
+                index += plain.count(b"\n", counted, start)
+                counted = start
+                start, end = spans[index]
             if self.rules.match(decode_line(data[start:end])):
                 found[start] = (end, True)
         if stream in PROGRESS_STREAMS and self._progress_lines is not None and self.progress is not None:
@@ -222,6 +232,15 @@ class NodeScanner:
 
     def save(self) -> None:
         self.offsets.save()
+
+
+def _line_spans(data: bytes) -> list[tuple[int, int]]:
+    """(start, newline) of every line of a block (it ends with a newline)."""
+    spans, start = [], 0
+    while (end := data.find(b"\n", start)) >= 0:
+        spans.append((start, end))
+        start = end + 1
+    return spans
 
 
 def _lines_before(data: bytes, pos: int, boundary: int, count: int) -> list[tuple[int, int]]:

@@ -38,6 +38,10 @@ EVENTS = [
     "RuntimeError: NCCL error: unhandled system error, NCCL version 2.21.5",
     "OSError: [Errno 28] No space left on device: '/ckpt/global_step_{c}'",
     "global_step={c} loss=0.3",
+    # colours inside the words rules read, and a line kept as JSON by Docker's json-file driver (core.line_shapes)
+    "\x1b[1m\x1b[31mtorch.OutOfMemoryError\x1b[0m: CUDA \x1b[1mout of memory\x1b[0m. Tried to allocate 1.00 GiB",
+    '{{"log":"OSError: [Errno 28] No space left on device: \'/ckpt/{c}\'\\n","stream":"stderr",'
+    '"time":"2024-05-01T10:00:0{r}Z"}}',
 ]
 
 
@@ -147,3 +151,21 @@ def test_lines_before_stop_at_the_boundary() -> None:
     assert _lines_before(data, data.index(b"d"), 5, 3) == [(5, 5), (6, 9)]
     assert _lines_before(data, len(data), 0, 1) == [(10, 11)]
     assert _lines_before(data, 0, 0, 3) == []
+
+
+def test_lines_in_colour_or_in_json_are_picked_by_both_scans(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    text = "".join(line + "\n" for line in [
+        "step:1 - loss:0.5",
+        "\x1b[31mtorch.OutOfMemoryError\x1b[0m: CUDA \x1b[1mout of memory\x1b[0m. Tried to allocate 1.00 GiB",
+        '{"log":"OSError: [Errno 28] No space left on device\\n","stream":"stderr","time":"2024-05-01T10:00:00Z"}',
+        "step:2 - loss:0.4",
+    ])
+    (logs / "job-driver-raysubmit_1.log").write_bytes(b"")
+    blocks, lines = scanners(tmp_path, context_lines=0)
+    assert blocks.poll() == lines.poll() == []
+    (logs / "job-driver-raysubmit_1.log").write_text(text)
+    picked_blocks, picked_lines = blocks.poll(), lines.poll()
+    assert picked_blocks == picked_lines
+    assert [p.line for p in picked_blocks if p.line in (2, 3)] == [2, 3]

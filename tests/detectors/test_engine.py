@@ -915,3 +915,67 @@ def test_native_and_regex_gates_agree_on_a_random_mix_of_literals() -> None:
     for block in (333, 1 << 16):
         native, regex, lines = scan_gates(rules, raw, block)
         assert native == regex == lines and len(native) > 500, block
+
+
+# What launchers and log stores put in front of a line (core.line_shapes): rules read the line after it, so a rule
+# anchored at a line's start reads a torchrun rank's traceback as it reads a bare one.
+HEADS = [
+    "2024-05-01T10:00:00.123456789Z stderr F ",  # CRI (containerd, CRI-O)
+    "2024-05-01T10:00:00.123456789Z ",  # kubectl logs --timestamps
+    "May  1 10:00:00 gpu-node-3 python[4242]: ",  # syslog / journald
+    "(RayTrainWorker pid=1234, ip=10.0.0.7) ",  # Ray's worker prefix
+    "[rank3]:",  # torchrun
+    "[default3]:",
+    "[1,3]<stderr>:",  # mpirun --tag-output
+    "3: ",  # srun -l, horovodrun
+    "worker-3: ",  # pdsh
+    "2024-05-01T10:00:00Z stdout F (TaskRunner pid=9, ip=10.0.0.8) [rank0]: ",
+]
+ANCHORED = [
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py", line 2050 in all_reduce',
+    "0: [HorovodAllreduce_gradients_AddN_0, HorovodAllreduce_gradients_AddN_1]",
+    "Cuda failure 'out of memory'",
+    "[W socket.cpp:601] [c10d] The client socket has failed to connect to [n]:22456 (errno: 22 - Invalid argument).",
+]
+ANCHORED_LAST = [
+    "#  Rank  0 Group  0 Pid  12345 on     node-1 device  0 [0x07] NVIDIA A100-SXM4-80GB",
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw",
+]
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_rules_read_a_line_past_the_head_a_launcher_put_on_it(head: str) -> None:
+    rules = builtin_rules()
+    assert all(rules.match(line) for line in ANCHORED[:-1])  # each is some rule's line when bare
+    for line in ANCHORED:
+        assert [r.reason for r in rules.match(head + line)] == [r.reason for r in rules.match(line)], line
+    for line in ANCHORED_LAST:  # read only as a finished log's last line
+        assert [m.rule.reason for m in rules.ending((7, head + line), "x.log")] == ["LogEndsInCollectiveBenchmark"]
+
+
+def test_a_whole_line_exclusion_reads_past_the_head() -> None:
+    # A torch warning about a retried connect is no communication failure, whatever rank printed it.
+    warning = ANCHORED[-1]
+    rules = builtin_rules()
+    assert "GenericCommunicationFailure" not in [r.reason for r in rules.match(warning)]
+    assert "GenericCommunicationFailure" not in [r.reason for r in rules.match("[rank0]:" + warning)]
+
+
+@pytest.mark.parametrize("block", [1, 64, 1 << 22])
+def test_colours_and_json_around_lines_are_read_through_by_both_scans(block: int) -> None:
+    rules = builtin_rules()
+    raw = (
+        b"\x1b[1m\x1b[31mtorch.OutOfMemoryError\x1b[0m: CUDA \x1b[1mout of memory\x1b[0m. Tried to allocate 2 GiB\n"
+        b'{"log":"OSError: [Errno 28] No space left on device\\n","stream":"stderr","time":"2024-05-01T10:00:00Z"}\n'
+        b"{'loss': 0.5}\n"
+        b"\x1b[36m(TaskRunner pid=2)\x1b[0m Traceback (most recent call last):\n"
+    )
+    fast, slow, stats = scan_both(rules, raw, block)
+    assert fast == slow
+    assert stats.lines == 4
+    found = {(reason, line) for reason, line, *_ in fast}
+    assert {("CudaOutOfMemory", 1), ("NoSpaceLeftOnDevice", 2)} <= found
+    texts = {line: text for _, line, text, _ in fast}
+    assert texts[1].startswith("\x1b[1m\x1b[31mtorch.OutOfMemoryError")  # the evidence is the line as written
+    assert texts[2].startswith('{"log":"OSError')

@@ -4,7 +4,7 @@ last frames, failure words, the log's last lines; and the prompt no longer ancho
 from __future__ import annotations
 
 from core.types import Category
-from detectors.engine import load_rules
+from detectors.engine import RuleSet, load_rules
 from rca.engine import RcaEngine
 from rca.evidence import EvidenceBuilder, LogSource
 from rca.llm import LlmWriter
@@ -13,6 +13,11 @@ from rca.salience import salient_lines
 from tests.rca.test_report import finding, incident
 
 RULES = load_rules()
+# A failure no rule reads: the program's own exception at the end of a traceback. The built-in rules read a traceback's
+# header as the generic "a traceback without a known exception" (user_error, low confidence); without that one rule,
+# nothing reads QUIET_FAILURE, which is what these tests need.
+RULES_BUT_THE_TRACEBACK_SHAPE = RuleSet([r for r in (*RULES.rules, *RULES.endings)
+                                         if r.reason != "GenericTracebackWithoutException"])
 
 # Worded so no rule (signature or generic) reads it: the failure is visible only to a reader.
 QUIET_FAILURE = [
@@ -47,7 +52,7 @@ def test_the_pass_is_bounded_on_a_huge_noisy_log() -> None:
 
 
 def test_with_no_rule_match_the_bundle_carries_the_salient_lines_and_the_prompt_does_not_anchor_on_unknown() -> None:
-    builder = EvidenceBuilder(RULES, Redactor(), token_budget=3000)
+    builder = EvidenceBuilder(RULES_BUT_THE_TRACEBACK_SHAPE, Redactor(), token_budget=3000)
     bundle, verdict = builder.build(incident(), [finding("JobFailed", Category.UNKNOWN, "job failed")],
                                     [LogSource("driver.log", QUIET_FAILURE)])
     assert verdict.category is Category.UNKNOWN and verdict.winner is None
@@ -88,7 +93,8 @@ def test_the_llm_category_replaces_only_no_failure_found() -> None:
 def test_an_offline_report_of_a_quiet_failure_names_what_the_log_shows() -> None:
     from rca.offline import report_logs
 
-    report = report_logs(RcaEngine(RULES, Redactor), "quiet", [LogSource("driver.log", QUIET_FAILURE)])
+    report = report_logs(RcaEngine(RULES_BUT_THE_TRACEBACK_SHAPE, Redactor), "quiet",
+                         [LogSource("driver.log", QUIET_FAILURE)])
     assert report.category is Category.UNKNOWN and report.data["llm"] is None
     assert "rewards.Mismatch" in report.markdown  # the salient lines are the report's evidence too
 

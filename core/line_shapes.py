@@ -1,0 +1,117 @@
+"""What a log line says, apart from what carried it: the wrapper a log store put around it and the head a launcher
+put in front of it.
+
+Rules are written against lines as a program prints them, and some read a line's start: a traceback's header, a
+py-spy frame, nccl-tests' table, Horovod's stall report. Lines rarely reach Argus that bare:
+
+- **Wrappers** are no part of the line: a terminal's or Ray's colours (ANSI escapes, also in the middle of a
+  word) and the JSON a log store keeps each line in (Docker's json-file driver: {"log": ..., "time": ...};
+  structured loggers: "message", "msg", "text", "event"). `unwrap` removes them before anything reads the line:
+  rules, evidence, a report.
+- **Heads** are part of the line: the time a container runtime or kubectl --timestamps wrote ("2024-05-01T10:00:00
+  .123456789Z stderr F "), a syslog / journald header ("May  1 10:00:00 gpu-3 python[42]: "), Ray's worker prefix
+  ("(RayTrainWorker pid=42, ip=10.0.0.7) "), torchrun's ("[rank3]:", "[default3]:"), the rank srun -l, horovodrun
+  and mpirun --tag-output print ("3: ", "[1,3]<stderr>:"), and the host pdsh prints ("10.0.0.7: ", "node-03: ").
+  Times are read from them and a rule may name one, so they stay in the line; `body` is the line without them,
+  which rules read as well (detectors.engine).
+
+Ray's system prefixes ("(raylet)", "(gcs_server)", "(pid=raylet)") are no head: rules read them to tell a raylet's
+line from a worker's, and they carry no pid number.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+# CSI sequences (colours, cursor moves) and the two-character escapes (charset selection, keypad modes).
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[()][A-Za-z0-9]|[=>])")
+_ANSI_BYTES = re.compile(_ANSI.pattern.encode())
+# Where a structured line keeps its text and its time, in the order looked for. "log": Docker's json-file and
+# Fluent Bit; "message"/"msg": Python JSON loggers, Go's slog and logrus, Kubernetes' klog -json; "text": loguru's
+# serialize=True (the formatted line); "event": structlog; "MESSAGE": journalctl -o json.
+_TEXT_KEYS = ("log", "message", "msg", "text", "event", "MESSAGE")
+_TIME_KEYS = ("time", "timestamp", "@timestamp", "ts", "asctime")
+# A traceback a structured logger keeps apart from the message.
+_TRACE_KEYS = ("exception", "exc_info", "stack_trace", "stack")
+_HEAD = re.compile(
+    r"(?:"
+    # RFC 3339 with a zone: the CRI log format (+ stream, + full/partial tag), kubectl logs --timestamps
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d) (?:(?:stdout|stderr) [FP] )?"
+    # syslog / journald: month day time host ident[pid]:
+    r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d [\w.-]{1,64} [\w./@-]{1,64}"
+    r"(?:\[\d{1,10}\])?: "
+    # Ray's worker prefix: "(pid=42)", "(pid=42, ip=10.0.0.7)", "(RayTrainWorker pid=42, ip=..., actor_id=...)"
+    r"|\((?:[\w.:<>-]{1,100} )?pid=\d{1,10}(?:, [a-z_]{1,20}=[^,()\n]{1,100}){0,4}\) "
+    # torchrun's --log-line-prefix / tee prefixes
+    r"|\[(?:rank|default)\d{1,6}\]: ?"
+    # mpirun --tag-output
+    r"|\[\d{1,6},\d{1,6}\]<std(?:out|err)>: ?"
+    # srun -l, horovodrun: the rank
+    r"|\d{1,6}: "
+    # pdsh (DeepSpeed's multi-node launcher): the host, by address or by a name that ends in "-<number>"
+    # ("worker-0", "gpu-node-3", "ip-10-0-0-7"); a bare "node1: " is no different from a driver's "mlx5: ".
+    r"|(?:\d{1,3}\.){3}\d{1,3}: |[a-z][a-z0-9]{0,30}(?:-[a-z0-9]{1,30}){0,6}-[a-z]{0,8}\d{1,4}: "
+    r")"
+)
+_MAX_HEADS = 5  # "node-3: [rank0]: ..." nests a few; a line is never all heads
+
+
+def unwrap(line: str) -> str:
+    """The line without its wrapper: ANSI escapes removed, a structured (JSON) line as its time and text."""
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    if line.startswith("{") and line.rstrip().endswith("}"):
+        line = _structured(line)
+    return line
+
+
+def unwrap_block(block: bytes) -> bytes:
+    """`unwrap` on every line of a block of a byte stream, keeping its lines (one out for each in, the same
+    newlines), so line numbers stay those of the file. Blocks with nothing to unwrap come back as they are."""
+    if b"\x1b" in block:
+        block = _ANSI_BYTES.sub(b"", block)
+    if b"{" not in block:
+        return block
+    lines = block.split(b"\n")
+    changed = False
+    for index, raw in enumerate(lines):
+        if raw.startswith(b"{") and raw.rstrip().endswith(b"}"):
+            text = raw.decode("utf-8", errors="replace")
+            plain = _structured(text)
+            if plain is not text:
+                lines[index] = plain.encode("utf-8", errors="replace")
+                changed = True
+    return b"\n".join(lines) if changed else block
+
+
+def body(line: str) -> str:
+    """The line after its heads (timestamps a log store wrote, a syslog header, Ray's worker prefix, a rank or a
+    host a launcher printed); the line itself when it has none."""
+    start = 0
+    for _ in range(_MAX_HEADS):
+        head = _HEAD.match(line, start)
+        if head is None or head.end() == start:
+            break
+        start = head.end()
+    return line[start:] if start else line
+
+
+def _structured(line: str) -> str:
+    """A JSON object's text (and time) as one line; the line itself when it is not a structured log line."""
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes: a line like any other
+        return line
+    if not isinstance(record, dict):
+        return line
+    text = next((record[k] for k in _TEXT_KEYS if isinstance(record.get(k), str)), None)
+    if text is None:
+        return line
+    trace = next((record[k] for k in _TRACE_KEYS if isinstance(record.get(k), str) and record[k]), None)
+    if trace:
+        text = f"{text} {trace}"
+    # One line in, one line out: a record holding a whole traceback is read as one line.
+    text = " ".join(text.splitlines()) if "\n" in text or "\r" in text else text
+    when = next((record[k] for k in _TIME_KEYS if isinstance(record.get(k), str)), None)
+    return f"{when} {text}" if when else text

@@ -1,0 +1,117 @@
+"""core.line_shapes: a log line's wrapper (colours, a log store's JSON) and its heads (a runtime's time, syslog, Ray's
+worker prefix, a launcher's rank or host), on the shapes real collectors write and on hostile input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.line_shapes import body, unwrap, unwrap_block
+from tests.cost import assert_linear
+
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+@pytest.mark.parametrize(
+    ("wrapped", "plain"),
+    [
+        ("\x1b[36m(TaskRunner pid=2)\x1b[0m step:1", "(TaskRunner pid=2) step:1"),
+        ("\x1b[1m\x1b[31mCUDA\x1b[0m out of \x1b[4mmemory\x1b[24m", "CUDA out of memory"),
+        ("\x1b(Bplain\x1b=", "plain"),
+        # Docker's json-file driver: the text without its newline, after the time it was written
+        (json.dumps({"log": OOM + "\n", "stream": "stderr", "time": "2024-05-01T10:00:00.1Z"}),
+         f"2024-05-01T10:00:00.1Z {OOM}"),
+        # structured loggers: their text keys; a traceback kept apart is read with the message, on one line
+        (json.dumps({"level": "error", "msg": "step failed"}), "step failed"),
+        (json.dumps({"event": "crash", "exception": "Traceback (most recent call last):\n  File \"x\"\nKeyError: 'a'"}),
+         "crash Traceback (most recent call last):   File \"x\" KeyError: 'a'"),
+        (json.dumps({"text": "2024-05-01 10:00:00 | ERROR | boom\n", "record": {"level": "ERROR"}}),
+         "2024-05-01 10:00:00 | ERROR | boom"),
+    ],
+)
+def test_unwrap_removes_what_carried_the_line(wrapped: str, plain: str) -> None:
+    assert unwrap(wrapped) == plain
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "{'loss': 0.52, 'learning_rate': 1e-05}",  # a Python dict printed by a trainer
+        '{"loss": 0.52}',  # JSON without a text: metrics, not a log line
+        '{"log": 7}',
+        '{"log": "unterminated',
+        "[1, 2, 3]",
+        "{" + "[" * 5000 + "}",  # nested too deep for a parser: stays what it is
+        "plain line",
+    ],
+)
+def test_unwrap_leaves_lines_that_are_no_wrapper_alone(line: str) -> None:
+    assert unwrap(line) == line
+
+
+def test_unwrap_block_keeps_every_line_and_its_number() -> None:
+    lines = [
+        "\x1b[31mred\x1b[0m",
+        json.dumps({"log": "first\nsecond\n", "time": "2024-05-01T10:00:00Z"}),  # one record, one line
+        "{not json}",
+        "",
+        "tail",
+    ]
+    block = ("\n".join(lines) + "\n").encode()
+    out = unwrap_block(block)
+    assert out.count(b"\n") == block.count(b"\n")
+    assert out.decode().split("\n")[:-1] == [unwrap(line) for line in lines]
+    plain = b"nothing to unwrap here\n{'a': 1}\n"
+    assert unwrap_block(plain) is plain
+
+
+@pytest.mark.parametrize(
+    ("line", "rest"),
+    [
+        ("2024-05-01T10:00:00.123456789Z stderr F Traceback (most recent call last):",
+         "Traceback (most recent call last):"),
+        ("2024-05-01T10:00:00+08:00 KeyError: 'a'", "KeyError: 'a'"),
+        ("May  1 10:00:00 gpu-node-3 python[4242]: Traceback", "Traceback"),
+        ("(RayTrainWorker pid=1234, ip=10.0.0.7) Traceback", "Traceback"),
+        ("(pid=1234) Traceback", "Traceback"),
+        ("(WorkerDict pid=9, ip=10.0.0.1, actor_id=abc, repr=<Worker>) x", "x"),
+        ("[rank3]: Traceback", "Traceback"),
+        ("[default0]:Traceback", "Traceback"),
+        ("[1,3]<stderr>:Traceback", "Traceback"),
+        ("3: Traceback", "Traceback"),
+        ("10.0.0.7: Traceback", "Traceback"),
+        ("worker-0: Traceback", "Traceback"),
+        ("ip-10-0-0-7: Traceback", "Traceback"),
+        # nested heads, as Ray on Kubernetes writes a torchrun worker's line
+        ("2024-05-01T10:00:00Z stdout F (TaskRunner pid=9, ip=10.0.0.8) [rank0]: Traceback", "Traceback"),
+    ],
+)
+def test_body_is_the_line_after_its_heads(line: str, rest: str) -> None:
+    assert body(line) == rest
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "(raylet) Raylet is terminated",  # Ray's system processes: rules read these
+        "(pid=raylet) [2021-01-01 00:00:00] x",
+        "(gcs_server) health check failed",
+        "mlx5: host_unknown: got completion with error:",  # a driver's name, not a host
+        "node1: anything",  # a host name without "-<number>" is no different
+        "RuntimeError: CUDA error",
+        "2024-05-01 10:00:00,123 INFO x",  # a logger's own time is the program's line
+        "[2024-05-01 10:00:00,123] [ERROR] x",
+        "",
+    ],
+)
+def test_body_keeps_what_is_no_head(line: str) -> None:
+    assert body(line) is line
+
+
+def test_body_and_unwrap_stay_linear_on_hostile_lines() -> None:
+    assert_linear(body, lambda n: "1: " * n, 20_000)
+    assert_linear(body, lambda n: "(pid=1" + ", a=b" * n, 20_000)
+    assert_linear(unwrap, lambda n: "\x1b[" * n, 20_000)
+    assert_linear(unwrap, lambda n: '{"log": "' + "\\n" * n + '"}', 20_000)
+    assert body("1: " * 1000).startswith("1: ")  # a few heads are looked past, not a line made of them
