@@ -616,6 +616,11 @@ PHRASINGS = {
     ),
     "EI0002: The wait execution of the Notify register times out. Reason: The Notify register has not received the "
     "Notify record from remote rank [3].": "HcclNotifyWaitTimeout",
+    # libtorch's own messages (its binary's strings): a rank that waited in the barrier, a TCPStore key never set
+    "RuntimeError: Rank 3 timed out in monitoredBarrier after 1800000 ms.": "MonitoredBarrierTimeout",
+    "torch.distributed.DistStoreError: wait timeout after 600000ms, keys: /default_pg/0//cuda//0": (
+        "DistributedStoreTimeout"
+    ),
 }
 
 
