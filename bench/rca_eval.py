@@ -22,11 +22,18 @@ Modes:
     .venv/bin/python bench/rca_eval.py
     .venv/bin/python bench/rca_eval.py --mode llm [--limit 10]
     .venv/bin/python bench/rca_eval.py --fold holdout --json > rca_eval.json
+    .venv/bin/python bench/rca_eval.py --mode llm --journal llm.jsonl   # cut short? run it again: it goes on
+
+`--journal FILE` writes each case's result to FILE (JSON lines) as soon as it is scored, and takes the results
+already there instead of scoring those cases again, as long as the rules, the code that reads them (core/,
+detectors/, rca/ with its prompts) and the case's logs are the same bytes (each record carries their digest): a
+two-hour LLM run on two cores can be done in pieces, and a run cut by a time limit keeps what it did.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -44,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.errors import ArgusError  # noqa: E402
 from core.types import Category  # noqa: E402
-from detectors.engine import load_rules  # noqa: E402
+from detectors.engine import builtin_rule_dir, load_rules  # noqa: E402
 from rca.cases import Case, Prediction, Scores, evaluate, load_cases, rule_predictor  # noqa: E402
 from rca.classify import TIER_WARNING  # noqa: E402
 
@@ -158,7 +165,64 @@ def llm_summary(run: Run) -> dict[str, float]:
     }
 
 
-def score_fold(name: str, root: Path, args: argparse.Namespace, console: Console) -> dict[str, Any] | None:
+class Journal:
+    """Each case's result as a JSON line, written when it is scored, and read back on the next run (see --journal)."""
+
+    def __init__(self, path: Path, mode: str) -> None:
+        self.path, self.mode = path, mode
+        # What decides a verdict besides the logs: the rules, the code that reads them, the RCA and its prompts.
+        root = builtin_rule_dir().parents[1]
+        sources = sorted(p for d in ("core", "detectors", "rca") for p in (root / d).rglob("*")
+                         if p.suffix in (".py", ".yaml", ".jinja2") and p.is_file())
+        self.code = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).digest()
+        self.kept: dict[tuple[str, str], dict[str, Any]] = {}
+        if path.exists():
+            lines = path.read_text(encoding="utf-8").splitlines()
+            for number, line in enumerate(lines, start=1):
+                try:
+                    record = json.loads(line)
+                    self.kept[(record["fold"], record["case"])] = record if record["mode"] == mode else {}
+                except (ValueError, KeyError, TypeError) as exc:
+                    if number == len(lines):  # a run killed while it wrote: dropped, that case is scored again
+                        path.write_text("".join(f"{kept}\n" for kept in lines[:-1]), encoding="utf-8")
+                        continue
+                    raise SystemExit(f"{path}:{number}: not a journal record ({exc}); "
+                                     "pass another --journal file or delete this one") from exc
+        self.reused = 0
+
+    def digest(self, case: Case) -> str:
+        sha = hashlib.sha256(self.code)
+        for log in case.logs:
+            sha.update(log.read_bytes())
+        return sha.hexdigest()[:24]
+
+    def recall(self, fold: str, case: Case, run: Run) -> Prediction | None:
+        record = self.kept.get((fold, case.name))
+        if not record or record.get("digest") != self.digest(case):
+            return None
+        if record.get("seconds") is not None:
+            run.seconds.append(record["seconds"])
+        if record.get("rules_only"):
+            run.rules_only[case.name] = Category(record["rules_only"])
+        if record.get("llm"):
+            run.llm.append(record["llm"])
+        self.reused += 1
+        return Prediction(Category(record["category"]), record["text"], record.get("reason"),
+                          record.get("first_evidence"))
+
+    def write(self, fold: str, case: Case, run: Run, prediction: Prediction, seconds: float | None) -> None:
+        rules_only = run.rules_only.get(case.name)
+        llm = run.llm[-1] if run.llm and run.llm[-1]["case"] == case.name else None
+        record = {"mode": self.mode, "fold": fold, "case": case.name, "digest": self.digest(case),
+                  "category": Category(prediction.category).value, "text": prediction.text,
+                  "reason": prediction.reason, "first_evidence": prediction.first_evidence, "seconds": seconds,
+                  "rules_only": rules_only.value if rules_only else None, "llm": llm}
+        with self.path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
+
+
+def score_fold(name: str, root: Path, args: argparse.Namespace, console: Console,
+               journal: Journal | None = None) -> dict[str, Any] | None:
     try:
         cases = load_cases(root)
     except ArgusError as exc:
@@ -173,7 +237,14 @@ def score_fold(name: str, root: Path, args: argparse.Namespace, console: Console
 
         def counted(case: Case) -> Prediction:
             try:
-                return predict(case)
+                if journal is None:
+                    return predict(case)
+                if (known := journal.recall(name, case, run)) is not None:
+                    return known
+                timed = len(run.seconds)
+                prediction = predict(case)
+                journal.write(name, case, run, prediction, run.seconds[-1] if len(run.seconds) > timed else None)
+                return prediction
             finally:
                 progress.advance(task)
 
@@ -202,19 +273,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llm-model", default="qwen2.5-coder-1.5b", help="model name for --llm-url")
     parser.add_argument("--llm-every-case", action="store_true",
                         help="ask the LLM on every case, not only where its category could stand")
+    parser.add_argument("--journal", type=Path, default=None,
+                        help="write each case's result to this JSON-lines file as it is scored, and reuse those "
+                             "already there (same rules, same logs): a long run can be done in pieces")
     args = parser.parse_args(argv)
     console = Console(stderr=True)
     folds = {args.root.name: args.root} if args.root else {f: FOLDS[f] for f in (args.fold or DEFAULT_FOLDS)}
+    journal = Journal(args.journal, args.mode) if args.journal else None
     results = []
     try:
         for name, root in folds.items():
-            result = score_fold(name, root, args, console)
+            result = score_fold(name, root, args, console, journal)
             if result is None:
                 return 2
             results.append(result)
     finally:
         for server in _SERVER:
             server.stop()
+    if journal is not None:
+        console.print(f"journal {args.journal}: {journal.reused} case(s) taken from it, the rest scored and added",
+                      soft_wrap=True)
     if args.json:
         print(json.dumps({"mode": args.mode, "folds": {r["fold"]: as_json(r) for r in results}}, indent=2))
         return 0
