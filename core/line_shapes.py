@@ -6,14 +6,14 @@ py-spy frame, nccl-tests' table, Horovod's stall report. Lines rarely reach Argu
 
 - **Wrappers** are no part of the line: a terminal's or Ray's colours (ANSI escapes, also in the middle of a
   word) and the JSON a log store keeps each line in (Docker's json-file driver: {"log": ..., "time": ...};
-  structured loggers: "message", "msg", "text", "event"). `unwrap` removes them before anything reads the line:
-  rules, evidence, a report.
+  structured loggers: "message", "msg", "text", "event"). `unwrap` removes them for the rules to read the line;
+  evidence keeps the line as written (a Ray event's JSON names the node in fields its message may not).
 - **Heads** are part of the line: the time a container runtime or kubectl --timestamps wrote ("2024-05-01T10:00:00
   .123456789Z stderr F "), a syslog / journald header ("May  1 10:00:00 gpu-3 python[42]: "), Ray's worker prefix
   ("(RayTrainWorker pid=42, ip=10.0.0.7) "), torchrun's ("[rank3]:", "[default3]:"), the rank srun -l, horovodrun
   and mpirun --tag-output print ("3: ", "[1,3]<stderr>:"), and the host pdsh prints ("10.0.0.7: ", "node-03: ").
-  Times are read from them and a rule may name one, so they stay in the line; `body` is the line without them,
-  which rules read as well (detectors.engine).
+  Times are read from them (core.line_time), so they stay in the line as written; `body` is the line without
+  them, which is what rules read (detectors.engine.rule_text).
 
 Ray's system prefixes ("(raylet)", "(gcs_server)", "(pid=raylet)") are no head: rules read them to tell a raylet's
 line from a worker's, and they carry no pid number.

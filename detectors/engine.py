@@ -191,8 +191,7 @@ class RuleSet:
                 for rule in _found(self.endings, text)]
 
     def match(self, text: str) -> list[LogRule]:
-        """Every rule whose pattern is found in the line (or in its body, past a launcher's head: core.line_shapes),
-        in rule order."""
+        """Every rule whose pattern is found in what the program wrote of the line (`rule_text`), in rule order."""
         return self._matching(clip_line(text)[0])
 
     def _matching(self, text: str) -> list[LogRule]:
