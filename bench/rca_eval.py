@@ -196,9 +196,9 @@ class Journal:
             sha.update(log.read_bytes())
         return sha.hexdigest()[:24]
 
-    def recall(self, fold: str, case: Case, run: Run) -> Prediction | None:
+    def recall(self, fold: str, case: Case, digest: str, run: Run) -> Prediction | None:
         record = self.kept.get((fold, case.name))
-        if not record or record.get("digest") != self.digest(case):
+        if not record or record.get("digest") != digest:
             return None
         if record.get("seconds") is not None:
             run.seconds.append(record["seconds"])
@@ -210,10 +210,11 @@ class Journal:
         return Prediction(Category(record["category"]), record["text"], record.get("reason"),
                           record.get("first_evidence"))
 
-    def write(self, fold: str, case: Case, run: Run, prediction: Prediction, seconds: float | None) -> None:
+    def write(self, fold: str, case: Case, digest: str, run: Run, prediction: Prediction,
+              seconds: float | None) -> None:
         rules_only = run.rules_only.get(case.name)
         llm = run.llm[-1] if run.llm and run.llm[-1]["case"] == case.name else None
-        record = {"mode": self.mode, "fold": fold, "case": case.name, "digest": self.digest(case),
+        record = {"mode": self.mode, "fold": fold, "case": case.name, "digest": digest,
                   "category": Category(prediction.category).value, "text": prediction.text,
                   "reason": prediction.reason, "first_evidence": prediction.first_evidence, "seconds": seconds,
                   "rules_only": rules_only.value if rules_only else None, "llm": llm}
@@ -239,11 +240,13 @@ def score_fold(name: str, root: Path, args: argparse.Namespace, console: Console
             try:
                 if journal is None:
                     return predict(case)
-                if (known := journal.recall(name, case, run)) is not None:
+                digest = journal.digest(case)
+                if (known := journal.recall(name, case, digest, run)) is not None:
                     return known
                 timed = len(run.seconds)
                 prediction = predict(case)
-                journal.write(name, case, run, prediction, run.seconds[-1] if len(run.seconds) > timed else None)
+                journal.write(name, case, digest, run, prediction,
+                              run.seconds[-1] if len(run.seconds) > timed else None)
                 return prediction
             finally:
                 progress.advance(task)

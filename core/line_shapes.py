@@ -27,6 +27,10 @@ import re
 # CSI sequences (colours, cursor moves) and the two-character escapes (charset selection, keypad modes).
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[()][A-Za-z0-9]|[=>])")
 _ANSI_BYTES = re.compile(_ANSI.pattern.encode())
+# A line that may be a JSON record: an object whose first key is quoted ('{"'). Python's dict reprs ("{'loss': 0.5}"),
+# which trainers print by the thousand, are not tried: a failed parse per such line would cost more than the scan.
+_RECORD = re.compile(r'^\{[^\S\n]*"[^\n]*\}[^\S\n]*$', re.MULTILINE)
+_RECORD_BYTES = re.compile(_RECORD.pattern.encode(), re.MULTILINE)
 # Where a structured line keeps its text and its time, in the order looked for. "log": Docker's json-file and
 # Fluent Bit; "message"/"msg": Python JSON loggers, Go's slog and logrus, Kubernetes' klog -json; "text": loguru's
 # serialize=True (the formatted line); "event": structlog; "MESSAGE": journalctl -o json.
@@ -61,7 +65,7 @@ def unwrap(line: str) -> str:
     """The line without its wrapper: ANSI escapes removed, a structured (JSON) line as its time and text."""
     if "\x1b" in line:
         line = _ANSI.sub("", line)
-    if line.startswith("{") and line.rstrip().endswith("}"):
+    if line.startswith("{") and _RECORD.match(line):
         line = _structured(line)
     return line
 
@@ -71,18 +75,16 @@ def unwrap_block(block: bytes) -> bytes:
     newlines), so line numbers stay those of the file. Blocks with nothing to unwrap come back as they are."""
     if b"\x1b" in block:
         block = _ANSI_BYTES.sub(b"", block)
-    if b"{" not in block:
+    if b'{"' not in block and b'{ ' not in block:
         return block
-    lines = block.split(b"\n")
-    changed = False
-    for index, raw in enumerate(lines):
-        if raw.startswith(b"{") and raw.rstrip().endswith(b"}"):
-            text = raw.decode("utf-8", errors="replace")
-            plain = _structured(text)
-            if plain is not text:
-                lines[index] = plain.encode("utf-8", errors="replace")
-                changed = True
-    return b"\n".join(lines) if changed else block
+    pieces, done = [], 0
+    for record in _RECORD_BYTES.finditer(block):
+        text = record.group().decode("utf-8", errors="replace")
+        plain = _structured(text)
+        if plain is not text:
+            pieces += [block[done : record.start()], plain.encode("utf-8", errors="replace")]
+            done = record.end()
+    return b"".join([*pieces, block[done:]]) if pieces else block
 
 
 def body(line: str) -> str:

@@ -23,6 +23,7 @@ import os
 import re
 from collections import deque
 from collections.abc import Sequence
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -178,13 +179,15 @@ class NodeScanner:
         # The gate reads the lines unwrapped (colours inside a word, JSON quoting: core.line_shapes), the same lines;
         # what is picked and sent is each line as written.
         plain = unwrap_block(data)
-        spans = _line_spans(data) if plain is not data else None
+        written = data.split(b"\n") if plain is not data else []
+        offsets = [0, *accumulate(map(len, written))]  # bytes of the lines before line i, newlines not counted
         counted, index = 0, 0
         for start, end, _ in self._gate_for(stream, plain).lines(plain):
-            if spans is not None:
+            if written:
                 index += plain.count(b"\n", counted, start)
                 counted = start
-                start, end = spans[index]
+                start = offsets[index] + index
+                end = start + len(written[index])
             if self.rules.match(decode_line(data[start:end])):
                 found[start] = (end, True)
         if stream in PROGRESS_STREAMS and self._progress_lines is not None and self.progress is not None:
@@ -232,15 +235,6 @@ class NodeScanner:
 
     def save(self) -> None:
         self.offsets.save()
-
-
-def _line_spans(data: bytes) -> list[tuple[int, int]]:
-    """(start, newline) of every line of a block (it ends with a newline)."""
-    spans, start = [], 0
-    while (end := data.find(b"\n", start)) >= 0:
-        spans.append((start, end))
-        start = end + 1
-    return spans
 
 
 def _lines_before(data: bytes, pos: int, boundary: int, count: int) -> list[tuple[int, int]]:
