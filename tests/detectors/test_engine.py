@@ -307,6 +307,11 @@ NODE_LOST_LINES = {
     ),
     "(raylet, ip=10.244.0.7) [2023-11-22 13:47:00,634 E 24 59] (raylet) agent_manager.cc:70: The raylet exited "
     "immediately because one Ray agent failed, agent_name = dashboard_agent/1015601482.": "RayletExitedWithAgent",
+    # `ray status` under "Recent failures:" (legacy and v2 autoscaler), the GCS's node table
+    " ray.worker.gpu: NodeTerminated (ip: 10.0.0.2)": "NodeDeathRecorded",
+    " gpu-worker: NodeTerminated (instance_id: i-0123456789abcdef0)": "NodeDeathRecorded",
+    "death_info: {reason: UNEXPECTED_TERMINATION, reason_message: 'health check failed'}": "NodeDeathRecorded",
+    "death_reason: AUTOSCALER_DRAIN_PREEMPTED": "NodeDeathRecorded",
     "The actor 5e3c0a9b4f2d1e0c8a7b6c5d is unavailable: The actor is temporarily unavailable: IOError: "
     "Connection reset. The task may or may not have been executed on the actor.": "ActorUnavailable",
 }
@@ -322,6 +327,8 @@ def test_builtin_rules_match_real_phrasings(line: str, reason: str) -> None:
     [
         "Raylet is terminated. Termination is graceful.",
         "Node is marked as dead by GCS as it's already shutting down.",
+        "death_reason: AUTOSCALER_DRAIN_IDLE",
+        "death_info: {reason: EXPECTED_TERMINATION}",
         "The actor is dead because it was killed by `ray.kill`.",
         "The actor is dead because its worker process has died. Worker exit type: USER_ERROR",
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 13.91 GiB.",

@@ -188,6 +188,28 @@ SHAPES = [
     ("The node gpu-node-3 became unavailable", "node_lost"),
     ("compute.instances.hostError: host maintenance event on instance train-7", "node_lost"),
     ("Warning  NodeStatusUnknown  node/gpu-7  Kubelet stopped reporting", "node_lost"),
+    # Kubernetes' node controller taking pods off a node that stopped answering, a container whose node is gone, a node
+    # reported failed or lost in a launcher's words, a cloud launcher's preemption exception
+    ("Normal   TaintManagerEviction  pod/trainer-worker-1  Marking for deletion Pod default/trainer-worker-1",
+     "node_lost"),
+    ("      Reason:       ContainerStatusUnknown", "node_lost"),
+    ("autoscaler: Node i-0123abcd has failed", "node_lost"),
+    ("Exception: Worker node 10.0.0.5 lost", "node_lost"),
+    ("sky.exceptions.ManagedJobPreemptedError: the job's cluster was taken back", "node_lost"),
+    # the board's own warnings, a GPU the kernel can no longer wake on the bus, an Xid named in words
+    ("WARNING: infoROM is corrupted at gpu 0000:04:00.0", "gpu_hardware"),
+    ("        Pending Page Blacklist      : Yes", "gpu_hardware"),
+    ("[ 812.1] nvidia 0000:3b:00.0: can't change power state from D3cold to D0 (config space inaccessible)",
+     "gpu_hardware"),
+    ("dcgm: GPU 3: Detected Critical Xid Error", "gpu_hardware"),
+    # a hang in a progress watcher's words, faulthandler's timer firing
+    ("WARNING: Detected possible hang: no training progress in 600 seconds", "nccl_hang"),
+    ("Timeout (0:30:00)!", "nccl_hang"),
+    ("fault_tolerance: rank 3 is stuck at step 1200", "nccl_hang"),
+    # the CUDA error's name, not its words: the job's kernel, the container's forward-compatibility package
+    ("CUDA_ERROR_ILLEGAL_ADDRESS", "user_error"),
+    ("CUDA initialization: Unexpected error from cudaGetDeviceCount(). Error 804: forward compatibility was attempted "
+     "on non supported HW", "user_error"),
     # a crash in words other than Python's (Rust, Go), a package that would not build, an exceptions module's class
     ("thread 'main' panicked at 'called `Result::unwrap()` on an `Err` value', src/main.rs:10:5", "user_error"),
     ("panic: runtime error: invalid memory address or nil pointer dereference", "user_error"),
@@ -243,9 +265,17 @@ HEALTHY = [
     # a graceful stop marked dead is no loss
     "Node is marked as dead by GCS as it's already shutting down.",
     "INFO node 3 marked healthy",
+    # a node that could not start is a launch failure, not a loss; a host's memory is not the host
+    "autoscaler: Node i-0123abcd has failed to start; retrying in 30 s",
+    "host memory lost to fragmentation: 2.1 GiB",
     # NCCL says so when an InfiniBand event is not fatal
     "gpu-1:1234:1260 [0] transport/net_ib.cc:170 NCCL WARN NET/IB : mlx5_0:1 Got non-fatal async event: GID table "
     "change(18)",
+    # nvidia-smi -q on a healthy board
+    "        Pending Page Blacklist      : No",
+    # a progress watcher's own settings and advice
+    "hang_detection_timeout=600 stall_check_interval=30",
+    "If the job is stuck, run py-spy dump on each rank",
     # "=" in a printed setting
     "DCGM_HEALTH_WATCH_XID=0 xid_skip=79",
     # TensorFlow's allocator saying its own warning is no failure (a faster algorithm's workspace did not fit)
