@@ -218,6 +218,8 @@ SHAPES = [
     ("torch._dynamo.exc.Unsupported: call_function BuiltinVariable(setattr)", "user_error"),
     ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmEx( handle, opa, opb)`",
      "user_error"),
+    # NCCL's topology search finding no network device between the nodes
+    ("gpu-2:4242:4300 [0] graph/topo.h:230 NCCL WARN Could not find NET with id 0", "nccl_error"),
     # the transports under the collective libraries
     ("[mlx5_0:1/IB] Transport retry count exceeded on mlx5_0:1/IB (status 12)", "nccl_error"),
     ("NET/OFI Request 0x7f completed with error. RC: 5. Error: 5 (Input/output error). Completed length: 0",
