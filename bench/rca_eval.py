@@ -7,8 +7,9 @@ Folds (each a folder of NN_name/ cases, format in tests/rca_cases/README.md):
 By default dev and test are scored, each on its own; `--fold` picks (repeatable), `--root` scores one folder.
 
 For each fold it prints, with rich: accuracy per expected category, overall accuracy, the share of failure logs
-called unknown, the confusion matrix (expected x predicted), the share of each case's facts found in the report
-(summary and evidence lines), and the misses with the rule that won. `--json` prints the same as JSON.
+called unknown (and how many of the logs called unknown, failing and healthy, have a failure word in them), the
+confusion matrix (expected x predicted), the share of each case's facts found in the report (summary and evidence
+lines), and the misses with the rule that won. `--json` prints the same as JSON.
 
 Modes:
 - rules: the classifier of `argus analyze`, each case's logs read in order as one stream;
@@ -253,7 +254,8 @@ def score_fold(name: str, root: Path, args: argparse.Namespace, console: Console
 
         scores = evaluate(cases, counted)
     result: dict[str, Any] = {"fold": name, "root": str(root), "scores": scores, "run": run,
-                              "unknown_on_failures": scores.unknown_on_failures}
+                              "unknown_on_failures": scores.unknown_on_failures,
+                              "unknown_profile": scores.unknown_profile()}
     if run.seconds:
         ordered = sorted(run.seconds)
         result["seconds_per_report_median"] = round(ordered[len(ordered) // 2], 2)
@@ -304,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
         show(result["scores"], f"{args.mode}, {result['fold']}", out)
         share = result["unknown_on_failures"]
         out.print(f"unknown on failure logs: {'n/a' if share is None else f'{share:.1%}'}")
+        profile = result["unknown_profile"]
+        out.print(f"called unknown: {profile['failures_called_unknown']} failure logs "
+                  f"({profile['of_them_with_a_failure_word']} with a failure word in them) and "
+                  f"{profile['healthy_called_unknown']} healthy logs ({profile['of_those_with_a_failure_word']} with "
+                  "one)", soft_wrap=True)
         if "seconds_per_report_median" in result:
             out.print(f"seconds per report: median {result['seconds_per_report_median']}, "
                       f"max {result['seconds_per_report_max']}")
@@ -323,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def as_json(result: dict[str, Any]) -> dict[str, Any]:
-    data = {"root": result["root"], **result["scores"].to_dict(), "unknown_on_failures": result["unknown_on_failures"]}
+    data = {"root": result["root"], **result["scores"].to_dict(), "unknown_on_failures": result["unknown_on_failures"],
+            "unknown_profile": result["unknown_profile"]}
     for key in ("seconds_per_report_median", "seconds_per_report_max", "llm"):
         if key in result:
             data[key] = result[key]

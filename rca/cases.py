@@ -27,6 +27,7 @@ from core.errors import InputError
 from core.types import Category
 from detectors.engine import RuleSet
 from rca.analyze import analyze_lines, iter_lines
+from rca.salience import FAILURE_WORDS
 
 CASE_FILE = "case.yaml"
 # Two digits, then a lower-case slug: the number orders the table in the README, the slug says what the case is.
@@ -261,6 +262,20 @@ class Scores:
         if not failures:
             return None
         return sum(r.predicted is Category.UNKNOWN for r in failures) / len(failures)
+
+    def unknown_profile(self) -> dict[str, int]:
+        """How many logs called unknown show a failure word (rca.salience.FAILURE_WORDS: error, failed, killed,
+        lost, timeout, ...): the failure logs among them and the healthy ones. A fallback that read any such word as
+        a failure could take no more of the first without taking as many of the second; the counts say how many."""
+        called_unknown = [r for r in self.results if r.predicted is Category.UNKNOWN]
+        failures = [r for r in called_unknown if r.case.category is not Category.UNKNOWN]
+        healthy = [r for r in called_unknown if r.case.category is Category.UNKNOWN]
+        return {
+            "failures_called_unknown": len(failures),
+            "of_them_with_a_failure_word": sum(bool(FAILURE_WORDS.search(r.case.text())) for r in failures),
+            "healthy_called_unknown": len(healthy),
+            "of_those_with_a_failure_word": sum(bool(FAILURE_WORDS.search(r.case.text())) for r in healthy),
+        }
 
     @property
     def misses(self) -> list[CaseResult]:

@@ -143,6 +143,29 @@ def test_scores_count_facts_only_in_the_report_text(cases: list[Case]) -> None:
     assert evaluate([case], lambda c: (wrong.value, "")).misses[0].predicted is wrong
 
 
+def test_the_unknown_profile_counts_failure_words_in_the_logs_called_unknown(tmp_path: Path) -> None:
+    logs = {
+        "01_failure_with_a_word": ("host_oom", "worker 3 was killed\n"),
+        "02_failure_without_one": ("node_lost", "step 10 loss=1.2\n"),
+        "03_healthy_with_a_word": ("unknown", "retrying after a timeout\n"),
+        "04_healthy_without_one": ("unknown", "step 11 loss=1.1\n"),
+        "05_failure_named": ("gpu_oom", "CUDA out of memory\n"),
+    }
+    for name, (category, text) in logs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "job.log").write_text(text)
+        facts = [] if category == "unknown" else [text.split()[0]]
+        (tmp_path / name / "case.yaml").write_text(
+            f"source: https://github.com/o/r/issues/{name[:2]}\ncategory: {category}\nfacts: {facts}\nnote: made up\n"
+        )
+    # every case called unknown except the last, which is called what it is
+    scores = evaluate(load_cases(tmp_path), lambda c: ("gpu_oom" if c.name.startswith("05") else "unknown", ""))
+    assert scores.unknown_profile() == {
+        "failures_called_unknown": 2, "of_them_with_a_failure_word": 1,
+        "healthy_called_unknown": 2, "of_those_with_a_failure_word": 1,
+    }
+
+
 def test_deterministic_accuracy(cases: list[Case], rules: RuleSet) -> None:
     scores = evaluate(cases, rule_predictor(rules))
     misses = "\n".join(
