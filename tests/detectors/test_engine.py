@@ -458,6 +458,10 @@ PHRASINGS = {
     "[12345.678] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0": "KernelOomKiller",
     # kernels before 4.19 (mm/oom_kill.c) named their victim before killing it
     "[ 8263.991822] Kill process 2398 (python) score 939 or sacrifice child": "KernelOomKiller",
+    # a cgroup's limit, in the kernel's lower case
+    "[12345.678] Memory cgroup out of memory: Killed process 4242 (python) total-vm:81234kB, anon-rss:7123456kB": (
+        "KernelOomKiller"
+    ),
     "RuntimeError: DataLoader worker (pid 1562937) is killed by signal: Killed.": "DataLoaderWorkerKilled",
     "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 2410412)": (
         "ProcessSigkilled"
@@ -625,6 +629,10 @@ PHRASINGS = {
     "Notify record from remote rank [3].": "HcclNotifyWaitTimeout",
     # libtorch's own messages (its binary's strings): a rank that waited in the barrier, a TCPStore key never set
     "RuntimeError: Rank 3 timed out in monitoredBarrier after 1800000 ms.": "MonitoredBarrierTimeout",
+    "RuntimeError: Rank 1 successfully reached monitoredBarrier, but received errors while waiting for send/recv from "
+    "rank 0. Please check rank 0 logs for faulty rank.": "MonitoredBarrierTimeout",
+    # the work's own words, on a line of their own where a post wrapped them
+    "  ran for 721595 milliseconds before timing out": "NcclWatchdogTimeout",
     "torch.distributed.DistStoreError: wait timeout after 600000ms, keys: /default_pg/0//cuda//0": (
         "DistributedStoreTimeout"
     ),

@@ -275,6 +275,9 @@ HEALTHY = [
     "change(18)",
     # nvidia-smi -q on a healthy board
     "        Pending Page Blacklist      : No",
+    # Argus's own stall finding, classified as what it is (TrainingStalled), not read again as a log line
+    "no progress for 21 s; step interval estimate 5.00 s from 12 progress events; stall threshold 20 s",
+    "Job grpo-1 is RUNNING but made no progress for 21 s",
     # a progress watcher's own settings and advice
     "hang_detection_timeout=600 stall_check_interval=30",
     "If the job is stuck, run py-spy dump on each rank",
