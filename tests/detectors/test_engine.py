@@ -434,6 +434,8 @@ PHRASINGS = {
     "node:2134736:2285781 [0] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes": "NcclCudaAllocFailed",
     "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`": "CublasAllocFailed",
     "RuntimeError: cuFFT error: CUFFT_ALLOC_FAILED": "CublasAllocFailed",
+    # Go's ENOSPC (Docker, containerd, the kubelet) in its lower case
+    "[INFO] write /var/lib/docker/tmp/GetImageBlob403717976: no space left on device": "NoSpaceLeftOnDevice",
     "[WARNING] [stage3.py:1850:step] 4 pytorch allocator cache flushes since last step. this happens when there is "
     "high memory pressure and is detrimental to performance.": "GpuMemoryPressureWarning",
     "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`": "KvCacheNoMemory",

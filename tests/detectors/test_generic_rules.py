@@ -218,6 +218,9 @@ SHAPES = [
     ("torch._dynamo.exc.Unsupported: call_function BuiltinVariable(setattr)", "user_error"),
     ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmEx( handle, opa, opb)`",
      "user_error"),
+    # an NCCL WARN whose failure word is capitalised
+    ("vm-133:52744:52787 [0] proxy.cc:1119 NCCL WARN [Proxy Service 4] Failed to execute operation Connect from rank "
+     "4, retcode 2", "nccl_error"),
     # NCCL's topology search finding no network device between the nodes
     ("gpu-2:4242:4300 [0] graph/topo.h:230 NCCL WARN Could not find NET with id 0", "nccl_error"),
     # the transports under the collective libraries
