@@ -6,7 +6,8 @@ arrive wrapped or headed (core.line_shapes): a container runtime's or kubectl's 
 JSON, Ray's coloured worker prefix, torchrun's rank, srun's, mpirun's, pdsh's host. This rewrites every line of every
 case of the chosen folds in one such shape (into a temporary folder), scores it with the rules of `argus analyze`,
 and prints per shape: the accuracy, the share of failure logs called unknown, and how many cases got a different
-category than the plain fold. A reader that depends on how a line was carried shows up as a change.
+category than the plain fold. A reader that depends on how a line was carried shows up as a change. One more shape
+is a reader's, not a collector's: every line cut at 120 columns, as a log copied from a terminal arrives.
 
     .venv/bin/python bench/rca_line_shapes.py                 # dev and test folds, every shape
     .venv/bin/python bench/rca_line_shapes.py --fold dev --shape docker --json
@@ -57,6 +58,17 @@ SHAPES: dict[str, Callable[[str], str]] = {
     "all of them": lambda line: f"{STAMP} stdout F \x1b[36m(TaskRunner pid=99, ip=10.0.0.8)\x1b[0m [rank0]: {line}",
 }
 JSON_SHAPES = {"docker json-file", "structured json"}
+# Not a collector's shape but a reader's: a log copied from a terminal or a pager is cut into lines of its width. No
+# reader joins such lines today; this shape measures what that costs.
+WRAP_COLUMNS = 120
+WRAPPED = f"hard-wrapped at {WRAP_COLUMNS} columns"
+
+
+def _hard_wrapped(line: str) -> str:
+    return "\n".join(line[i:i + WRAP_COLUMNS] for i in range(0, len(line), WRAP_COLUMNS)) or line
+
+
+SHAPES[WRAPPED] = _hard_wrapped
 
 
 def rewrite(src: Path, dst: Path, shape: str) -> None:
@@ -71,12 +83,18 @@ def rewrite(src: Path, dst: Path, shape: str) -> None:
                 if lines and lines[-1] == "":
                     lines.pop()
                 out.joinpath(path.name).write_text("".join(write(line) + "\n" for line in lines), encoding="utf-8")
-            elif path.name == CASE_FILE and shape in JSON_SHAPES:
-                meta = yaml.safe_load(path.read_text(encoding="utf-8"))
-                meta["facts"] = [json.dumps(fact)[1:-1] for fact in meta["facts"]]
-                out.joinpath(path.name).write_text(yaml.safe_dump(meta, allow_unicode=True), encoding="utf-8")
-            elif path.is_file():
+            elif path.is_file() and path.name != CASE_FILE:
                 shutil.copy(path, out / path.name)
+        meta = yaml.safe_load((case / CASE_FILE).read_text(encoding="utf-8"))
+        if shape in JSON_SHAPES:
+            meta["facts"] = [json.dumps(fact)[1:-1] for fact in meta["facts"]]
+        elif shape == WRAPPED:
+            # Facts are not scored here, but a case must name at least one that is in its logs: those a wrap cut
+            # are dropped, and a failure left with none names its first wrapped line.
+            text = "\n".join(p.read_text(encoding="utf-8") for p in sorted(out.iterdir()))
+            meta["facts"] = [f for f in meta["facts"] if f in text] or (
+                [] if meta["category"] == "unknown" else [next(line for line in text.splitlines() if line.strip())])
+        out.joinpath(CASE_FILE).write_text(yaml.safe_dump(meta, allow_unicode=True), encoding="utf-8")
 
 
 def score(root: Path) -> tuple[dict[str, str], float, float]:
