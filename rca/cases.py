@@ -266,7 +266,7 @@ class Scores:
     def unknown_profile(self) -> dict[str, int]:
         """How many logs called unknown show a failure word (rca.salience.FAILURE_WORDS: error, failed, killed,
         lost, timeout, ...): the failure logs among them and the healthy ones. A fallback that read any such word as
-        a failure could take no more of the first without taking as many of the second; the counts say how many."""
+        a failure could gain at most the first count and would cost the second."""
         called_unknown = [r for r in self.results if r.predicted is Category.UNKNOWN]
         failures = [r for r in called_unknown if r.case.category is not Category.UNKNOWN]
         healthy = [r for r in called_unknown if r.case.category is Category.UNKNOWN]
