@@ -6,8 +6,10 @@ arrive wrapped or headed (core.line_shapes): a container runtime's or kubectl's 
 JSON, Ray's coloured worker prefix, torchrun's rank, srun's, mpirun's, pdsh's host. This rewrites every line of every
 case of the chosen folds in one such shape (into a temporary folder), scores it with the rules of `argus analyze`,
 and prints per shape: the accuracy, the share of failure logs called unknown, and how many cases got a different
-category than the plain fold. A reader that depends on how a line was carried shows up as a change. One more shape
-is a reader's, not a collector's: every line cut at 120 columns, as a log copied from a terminal arrives.
+category than the plain fold. A reader that depends on how a line was carried shows up as a change. Some shapes are a
+reader's, not a collector's: a log pasted where people discuss it (quoted with "> ", indented as a markdown code
+block, copied out of a page's HTML source with its entities, or with Windows line ends), and every line cut at 120
+columns, as a log copied from a terminal arrives.
 
     .venv/bin/python bench/rca_line_shapes.py                 # dev and test folds, every shape
     .venv/bin/python bench/rca_line_shapes.py --fold dev --shape docker --json
@@ -16,6 +18,7 @@ is a reader's, not a collector's: every line cut at 120 columns, as a log copied
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import shutil
 import sys
@@ -57,7 +60,17 @@ SHAPES: dict[str, Callable[[str], str]] = {
     "pdsh host": lambda line: f"gpu-node-12: {line}",
     "all of them": lambda line: f"{STAMP} stdout F \x1b[36m(TaskRunner pid=99, ip=10.0.0.8)\x1b[0m [rank0]: {line}",
 }
+# A log pasted into an issue, a chat or a mail (core.line_shapes: quotes; HTML escapes).
+PASTED: dict[str, Callable[[str], str]] = {
+    "markdown quote": lambda line: f"> {line}",
+    "markdown quote in a quote": lambda line: f"> > {line}",
+    "markdown code block (indented)": lambda line: f"    {line}",
+    "HTML-escaped": html.escape,
+    "Windows line ends": lambda line: f"{line}\r",
+}
+SHAPES.update(PASTED)
 JSON_SHAPES = {"docker json-file", "structured json"}
+ESCAPED_SHAPES = {"HTML-escaped"}  # the facts of a case are escaped too: they must be in its logs verbatim
 # Not a collector's shape but a reader's: a log copied from a terminal or a pager is cut into lines of its width. No
 # reader joins such lines today; this shape measures what that costs.
 WRAP_COLUMNS = 120
@@ -88,6 +101,8 @@ def rewrite(src: Path, dst: Path, shape: str) -> None:
         meta = yaml.safe_load((case / CASE_FILE).read_text(encoding="utf-8"))
         if shape in JSON_SHAPES:
             meta["facts"] = [json.dumps(fact)[1:-1] for fact in meta["facts"]]
+        elif shape in ESCAPED_SHAPES:
+            meta["facts"] = [write(fact) for fact in meta["facts"]]
         elif shape == WRAPPED:
             # Facts are not scored here, but a case must name at least one that is in its logs: those a wrap cut
             # are dropped, and a failure left with none names its first wrapped line.

@@ -8,6 +8,9 @@ py-spy frame, nccl-tests' table, Horovod's stall report. Lines rarely reach Argu
   word) and the JSON a log store keeps each line in (Docker's json-file driver: {"log": ..., "time": ...};
   structured loggers: "message", "msg", "text", "event"). `unwrap` removes them for the rules to read the line;
   evidence keeps the line as written (a Ray event's JSON names the node in fields its message may not).
+- **HTML escapes** are no part of it either: a log copied out of a web page's source or an HTML mail reads
+  "-&gt; 2" and "&lt;/dev/shm/x&gt;". `unwrap` decodes the few entities such a copy holds (&lt; &gt; &amp; &quot;
+  &#39; and numeric ones that are no control character); a lone "&" or a URL's "&notify=" stays as it is.
 - **Heads** are part of the line: the time a container runtime or kubectl --timestamps wrote ("2024-05-01T10:00:00
   .123456789Z stderr F "), a syslog / journald header ("May  1 10:00:00 gpu-3 python[42]: "), Ray's worker prefix
   ("(RayTrainWorker pid=42, ip=10.0.0.7) "), torchrun's ("[rank3]:", "[default3]:"), the rank srun -l, horovodrun
@@ -17,6 +20,12 @@ py-spy frame, nccl-tests' table, Horovod's stall report. Lines rarely reach Argu
 
 Ray's system prefixes ("(raylet)", "(gcs_server)", "(pid=raylet)") are no head: rules read them to tell a raylet's
 line from a worker's, and they carry no pid number.
+
+A log pasted where people talk about it (an issue, a chat, a mail) gains a **quote** in front of every line: the
+markdown and mail marker "> ", nested as "> > ", and sometimes an indent (a markdown code block is indented by four
+spaces). `body` drops the quote markers, and an indent in front of a head; an indent in front of the program's own
+words stays, since it is part of them (a traceback's frames and source lines are told apart by it). Rules read the
+line without it (detectors.engine.rule_text).
 """
 
 from __future__ import annotations
@@ -27,6 +36,10 @@ import re
 # CSI sequences (colours, cursor moves) and the two-character escapes (charset selection, keypad modes).
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[()][A-Za-z0-9]|[=>])")
 _ANSI_BYTES = re.compile(_ANSI.pattern.encode())
+# The HTML entities a log copied out of a page's source holds; each decodes to one printable character.
+_ENTITY = re.compile(r"&(?:lt|gt|amp|quot|apos|#\d{1,7}|#[xX][0-9a-fA-F]{1,6});")
+_ENTITY_BYTES = re.compile(_ENTITY.pattern.encode())
+_NAMED = {"lt": "<", "gt": ">", "amp": "&", "quot": '"', "apos": "'"}
 # A line that may be a JSON record: an object whose first key is quoted ('{"'). Python's dict reprs ("{'loss': 0.5}"),
 # which trainers print by the thousand, are not tried: a failed parse per such line would cost more than the scan.
 _RECORD = re.compile(r'^\{[^\S\n]*"[^\n]*\}[^\S\n]*$', re.MULTILINE)
@@ -59,12 +72,17 @@ _HEAD = re.compile(
     r")"
 )
 _MAX_HEADS = 5  # "node-3: [rank0]: ..." nests a few; a line is never all heads
+# Markdown's and mail's quote markers: up to three spaces, then ">" and one optional space, nested as "> > " or ">>".
+_QUOTE = re.compile(r"[ \t]{0,3}>(?:[ \t]?>)*[ \t]?")
+_INDENT = re.compile(r"[ \t]{1,16}")
 
 
 def unwrap(line: str) -> str:
     """The line without its wrapper: ANSI escapes removed, a structured (JSON) line as its time and text."""
     if "\x1b" in line:
         line = _ANSI.sub("", line)
+    if "&" in line:
+        line = _ENTITY.sub(_decode_entity, line)
     if line.startswith("{") and _RECORD.match(line):
         line = _structured(line)
     return line
@@ -75,6 +93,8 @@ def unwrap_block(block: bytes) -> bytes:
     newlines), so line numbers stay those of the file. Blocks with nothing to unwrap come back as they are."""
     if b"\x1b" in block:
         block = _ANSI_BYTES.sub(b"", block)
+    if b"&" in block and _ENTITY_BYTES.search(block):
+        block = _ENTITY_BYTES.sub(lambda m: _decode_entity(m).encode("utf-8"), block)
     if b'{"' not in block and b'{ ' not in block:
         return block
     pieces, done = [], 0
@@ -87,12 +107,28 @@ def unwrap_block(block: bytes) -> bytes:
     return b"".join([*pieces, block[done:]]) if pieces else block
 
 
+def _decode_entity(entity: re.Match[str] | re.Match[bytes]) -> str:
+    """The character an HTML entity stands for; the entity itself when it stands for a control character (a newline
+    decoded would split the line) or for no character at all."""
+    raw = entity.group()
+    name = (raw.decode("ascii") if isinstance(raw, bytes) else raw)[1:-1]
+    if name in _NAMED:
+        return _NAMED[name]
+    code = int(name[2:], 16) if name[1] in "xX" else int(name[1:])
+    if code < 0x20 or 0x7F <= code < 0xA0 or code > 0x10FFFF or 0xD800 <= code < 0xE000:
+        return name.join("&;")
+    return chr(code)
+
+
 def body(line: str) -> str:
-    """The line after its heads (timestamps a log store wrote, a syslog header, Ray's worker prefix, a rank or a
-    host a launcher printed); the line itself when it has none."""
-    start = 0
+    """The line after its quote markers and its heads (timestamps a log store wrote, a syslog header, Ray's worker
+    prefix, a rank or a host a launcher printed), with any indent in front of a head; the line itself when it has
+    none."""
+    quote = _QUOTE.match(line) if line[:4].lstrip(" \t").startswith(">") else None
+    start = quote.end() if quote else 0
     for _ in range(_MAX_HEADS):
-        head = _HEAD.match(line, start)
+        indent = _INDENT.match(line, start)
+        head = _HEAD.match(line, indent.end() if indent else start)
         if head is None or head.end() == start:
             break
         start = head.end()

@@ -317,8 +317,9 @@ def rule_text(line: str) -> str:
     Docker's JSON) and the heads a runtime or launcher put in front (a timestamp, Ray's worker prefix, a rank:
     core.line_shapes). A rule anchored at the start of a traceback's header reads it after "[rank3]: " too, and a
     whole-line exclusion ("not a [W ...] warning") judges the program's line, not the launcher's head. Matches keep
-    the line as written: that is the evidence."""
-    return body(unwrap(line))
+    the line as written: that is the evidence. An indent is not read either: a rule anchored at a line's start
+    reads a log pasted as an indented (markdown) block the same."""
+    return body(unwrap(line)).lstrip(" \t")
 
 
 def _found(rules: Iterable[LogRule], text: str) -> list[LogRule]:

@@ -35,6 +35,25 @@ def test_unwrap_removes_what_carried_the_line(wrapped: str, plain: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("escaped", "plain"),
+    [
+        ("misc/socket.cc:50 -&gt; 2", "misc/socket.cc:50 -> 2"),
+        ("unable to write to file &lt;/torch_1_2&gt;: No space", "unable to write to file </torch_1_2>: No space"),
+        ("KeyError: &#39;a&#39; &quot;b&quot; &apos;c&apos; &#x41;", "KeyError: 'a' \"b\" 'c' A"),
+        ("&amp;lt; is decoded once", "&lt; is decoded once"),
+        # no control character comes out of an entity: a decoded newline would split the line
+        ("one&#10;line&#13;&#0;&#x7f;", "one&#10;line&#13;&#0;&#x7f;"),
+        ("beyond unicode &#99999999; &#xD800;", "beyond unicode &#99999999; &#xD800;"),
+        # what is no entity: a lone ampersand, a URL's query, a name without its semicolon
+        ("a & b ?x=1&notify=2 &lt &copy;", "a & b ?x=1&notify=2 &lt &copy;"),
+    ],
+)
+def test_unwrap_decodes_the_entities_of_a_log_copied_out_of_html(escaped: str, plain: str) -> None:
+    assert unwrap(escaped) == plain
+    assert unwrap_block(escaped.encode() + b"\n") == plain.encode() + b"\n"
+
+
+@pytest.mark.parametrize(
     "line",
     [
         "{'loss': 0.52, 'learning_rate': 1e-05}",  # a Python dict printed by a trainer
@@ -85,6 +104,16 @@ def test_unwrap_block_keeps_every_line_and_its_number() -> None:
         ("ip-10-0-0-7: Traceback", "Traceback"),
         # nested heads, as Ray on Kubernetes writes a torchrun worker's line
         ("2024-05-01T10:00:00Z stdout F (TaskRunner pid=9, ip=10.0.0.8) [rank0]: Traceback", "Traceback"),
+        # a log pasted into an issue or a mail: quote markers, nested, and an indent in front of a head
+        ("> Traceback", "Traceback"),
+        ("> > [rank3]: Traceback", "Traceback"),
+        (">> KeyError: 'a'", "KeyError: 'a'"),
+        ("   > x", "x"),
+        (">", ""),
+        ("    2024-05-01T10:00:00Z stderr F [rank1]: Traceback", "Traceback"),
+        ("> \t(pid=1234) Traceback", "Traceback"),
+        # a quoted frame keeps its own indent: frames and their source lines are told apart by it
+        ('>   File "train.py", line 3, in <module>', '  File "train.py", line 3, in <module>'),
     ],
 )
 def test_body_is_the_line_after_its_heads(line: str, rest: str) -> None:
@@ -103,6 +132,11 @@ def test_body_is_the_line_after_its_heads(line: str, rest: str) -> None:
         "2024-05-01 10:00:00,123 INFO x",  # a logger's own time is the program's line
         "[2024-05-01 10:00:00,123] [ERROR] x",
         "",
+        "    raise ValueError(x)",  # an indent in front of the program's own words is part of them
+        '  File "train.py", line 3, in <module>',
+        "-> 2",
+        "a > b",
+        "    > four spaces make a code block, not a quote",
     ],
 )
 def test_body_keeps_what_is_no_head(line: str) -> None:
@@ -114,4 +148,9 @@ def test_body_and_unwrap_stay_linear_on_hostile_lines() -> None:
     assert_linear(body, lambda n: "(pid=1" + ", a=b" * n, 20_000)
     assert_linear(unwrap, lambda n: "\x1b[" * n, 20_000)
     assert_linear(unwrap, lambda n: '{"log": "' + "\\n" * n + '"}', 20_000)
+    assert_linear(body, lambda n: "> " * n, 20_000)
+    assert_linear(body, lambda n: " " * n + "x", 20_000)
+    assert_linear(body, lambda n: "    1: " * n, 20_000)
+    assert_linear(unwrap, lambda n: "&lt;" * n, 20_000)
+    assert_linear(unwrap, lambda n: "&#" + "9" * n + ";", 20_000)
     assert body("1: " * 1000).startswith("1: ")  # a few heads are looked past, not a line made of them

@@ -955,6 +955,13 @@ HEADS = [
     "3: ",  # srun -l, horovodrun
     "worker-3: ",  # pdsh
     "2024-05-01T10:00:00Z stdout F (TaskRunner pid=9, ip=10.0.0.8) [rank0]: ",
+    # a log pasted into an issue or a mail: quoted, quoted twice, indented as a markdown code block, or both
+    "> ",
+    "> > ",
+    "    ",
+    "\t",
+    ">     ",
+    "    2024-05-01T10:00:00Z stderr F [rank1]:",
 ]
 ANCHORED = [
     "Traceback (most recent call last):",
@@ -985,6 +992,23 @@ def test_a_whole_line_exclusion_reads_past_the_head() -> None:
     rules = builtin_rules()
     assert "GenericCommunicationFailure" not in [r.reason for r in rules.match(warning)]
     assert "GenericCommunicationFailure" not in [r.reason for r in rules.match("[rank0]:" + warning)]
+
+
+@pytest.mark.parametrize("block", [1, 64, 1 << 22])
+def test_a_log_copied_out_of_html_is_read_through_its_entities_by_both_scans(block: int) -> None:
+    rules = builtin_rules()
+    raw = (
+        b"gpu-1:4242:4300 [0] NCCL INFO transport/net_socket.cc:342 -&gt; 2\n"
+        b"RuntimeError: unable to write to file &lt;/torch_123_456_0&gt;: No space left on device (28)\n"
+        b"a lone &amp; and a URL's ?a=1&amp;notify=2 &#10; stay one line each\n"
+    )
+    fast, slow, stats = scan_both(rules, raw, block)
+    assert fast == slow
+    assert stats.lines == 3
+    found = {(reason, line) for reason, line, *_ in fast}
+    assert {("GenericNcclErrorTrail", 1), ("NoSpaceLeftOnDevice", 2)} <= found
+    assert {line for _, line, *_ in fast} <= {1, 2}
+    assert next(text for _, line, text, _ in fast if line == 1).endswith("-&gt; 2")  # evidence: as written
 
 
 @pytest.mark.parametrize("block", [1, 64, 1 << 22])
