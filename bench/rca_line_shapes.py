@@ -8,7 +8,8 @@ case of the chosen folds in one such shape (into a temporary folder), scores it 
 and prints per shape: the accuracy, the share of failure logs called unknown, and how many cases got a different
 category than the plain fold. A reader that depends on how a line was carried shows up as a change. Some shapes are a
 reader's, not a collector's: a log pasted where people discuss it (quoted with "> ", indented as a markdown code
-block, copied out of a page's HTML source with its entities, or with Windows line ends), and every line cut at 120
+block, copied out of a page's HTML source with its entities or off a rendered page with its no-break spaces, typed
+into a chat that curls the quotes, or with Windows line ends), and every line cut at 120
 columns, as a log copied from a terminal arrives.
 
     .venv/bin/python bench/rca_line_shapes.py                 # dev and test folds, every shape
@@ -66,11 +67,14 @@ PASTED: dict[str, Callable[[str], str]] = {
     "markdown quote in a quote": lambda line: f"> > {line}",
     "markdown code block (indented)": lambda line: f"    {line}",
     "HTML-escaped": html.escape,
+    "no-break spaces (a web page's)": lambda line: line.replace(" ", "\u00a0"),
+    "curly quotes (a chat's)": lambda line: line.replace("'", "\u2019").replace('"', "\u201d"),
     "Windows line ends": lambda line: f"{line}\r",
 }
 SHAPES.update(PASTED)
 JSON_SHAPES = {"docker json-file", "structured json"}
-ESCAPED_SHAPES = {"HTML-escaped"}  # the facts of a case are escaped too: they must be in its logs verbatim
+# The facts of a case are rewritten too: they must be in its logs verbatim.
+ESCAPED_SHAPES = {"HTML-escaped", "no-break spaces (a web page's)", "curly quotes (a chat's)"}
 # Not a collector's shape but a reader's: a log copied from a terminal or a pager is cut into lines of its width. No
 # reader joins such lines today; this shape measures what that costs.
 WRAP_COLUMNS = 120

@@ -11,6 +11,8 @@ py-spy frame, nccl-tests' table, Horovod's stall report. Lines rarely reach Argu
 - **HTML escapes** are no part of it either: a log copied out of a web page's source or an HTML mail reads
   "-&gt; 2" and "&lt;/dev/shm/x&gt;". `unwrap` decodes the few entities such a copy holds (&lt; &gt; &amp; &quot;
   &#39; and numeric ones that are no control character); a lone "&" or a URL's "&notify=" stays as it is.
+- **Typography** a web page, a chat or a word processor put in is read as the plain characters rules are written
+  with: no-break and other Unicode spaces as a space, zero-width ones as nothing, curly quotes as straight ones.
 - **Heads** are part of the line: the time a container runtime or kubectl --timestamps wrote ("2024-05-01T10:00:00
   .123456789Z stderr F "), a syslog / journald header ("May  1 10:00:00 gpu-3 python[42]: "), Ray's worker prefix
   ("(RayTrainWorker pid=42, ip=10.0.0.7) "), torchrun's ("[rank3]:", "[default3]:"), the rank srun -l, horovodrun
@@ -40,6 +42,17 @@ _ANSI_BYTES = re.compile(_ANSI.pattern.encode())
 _ENTITY = re.compile(r"&(?:lt|gt|amp|quot|apos|#\d{1,7}|#[xX][0-9a-fA-F]{1,6});")
 _ENTITY_BYTES = re.compile(_ENTITY.pattern.encode())
 _NAMED = {"lt": "<", "gt": ">", "amp": "&", "quot": '"', "apos": "'"}
+# What a web page, a chat or a word processor puts in place of plain characters: no-break and other wide or narrow
+# spaces (a page's &nbsp;), zero-width ones, and curly quotes. Rules are written with the plain ones.
+_SPACES = "\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000"
+_PLAIN = {
+    **{ord(c): " " for c in _SPACES},
+    **{ord(c): None for c in "\u200b\u200c\u200d\u2060\ufeff"},
+    **{ord(c): "'" for c in "\u2018\u2019\u201a\u201b\u2032"},
+    **{ord(c): '"' for c in "\u201c\u201d\u201e\u201f\u2033"},
+}
+_PLAIN_BYTES = {chr(code).encode(): (plain or "").encode() for code, plain in _PLAIN.items()}
+_TYPOGRAPHY_BYTES = re.compile(b"|".join(re.escape(raw) for raw in _PLAIN_BYTES))
 # A line that may be a JSON record: an object whose first key is quoted ('{"'). Python's dict reprs ("{'loss': 0.5}"),
 # which trainers print by the thousand, are not tried: a failed parse per such line would cost more than the scan.
 _RECORD = re.compile(r'^\{[^\S\n]*"[^\n]*\}[^\S\n]*$', re.MULTILINE)
@@ -78,13 +91,16 @@ _INDENT = re.compile(r"[ \t]{1,16}")
 
 
 def unwrap(line: str) -> str:
-    """The line without its wrapper: ANSI escapes removed, a structured (JSON) line as its time and text."""
+    """The line without its wrapper: ANSI escapes removed, a structured (JSON) line as its time and text, HTML
+    entities decoded, a web page's or a chat's typography made plain."""
     if "\x1b" in line:
         line = _ANSI.sub("", line)
-    if "&" in line:
-        line = _ENTITY.sub(_decode_entity, line)
     if line.startswith("{") and _RECORD.match(line):
         line = _structured(line)
+    if "&" in line:
+        line = _ENTITY.sub(_decode_entity, line)
+    if not line.isascii():
+        line = line.translate(_PLAIN)
     return line
 
 
@@ -93,18 +109,21 @@ def unwrap_block(block: bytes) -> bytes:
     newlines), so line numbers stay those of the file. Blocks with nothing to unwrap come back as they are."""
     if b"\x1b" in block:
         block = _ANSI_BYTES.sub(b"", block)
+    if b'{"' in block or b'{ ' in block:
+        pieces, done = [], 0
+        for record in _RECORD_BYTES.finditer(block):
+            text = record.group().decode("utf-8", errors="replace")
+            plain = _structured(text)
+            if plain is not text:
+                pieces += [block[done : record.start()], plain.encode("utf-8", errors="replace")]
+                done = record.end()
+        if pieces:
+            block = b"".join([*pieces, block[done:]])
     if b"&" in block and _ENTITY_BYTES.search(block):
         block = _ENTITY_BYTES.sub(lambda m: _decode_entity(m).encode("utf-8"), block)
-    if b'{"' not in block and b'{ ' not in block:
-        return block
-    pieces, done = [], 0
-    for record in _RECORD_BYTES.finditer(block):
-        text = record.group().decode("utf-8", errors="replace")
-        plain = _structured(text)
-        if plain is not text:
-            pieces += [block[done : record.start()], plain.encode("utf-8", errors="replace")]
-            done = record.end()
-    return b"".join([*pieces, block[done:]]) if pieces else block
+    if not block.isascii() and _TYPOGRAPHY_BYTES.search(block):
+        block = _TYPOGRAPHY_BYTES.sub(lambda m: _PLAIN_BYTES[m.group()], block)
+    return block
 
 
 def _decode_entity(entity: re.Match[str] | re.Match[bytes]) -> str:

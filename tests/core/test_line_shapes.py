@@ -54,6 +54,22 @@ def test_unwrap_decodes_the_entities_of_a_log_copied_out_of_html(escaped: str, p
 
 
 @pytest.mark.parametrize(
+    ("typed", "plain"),
+    [
+        ("CUDA\u00a0out\u00a0of\u00a0memory.", "CUDA out of memory."),  # a rendered page's &nbsp;
+        ("No\u202fspace\u2009left\u3000on device", "No space left on device"),
+        ("Cuda failure \u2018out of memory\u2019", "Cuda failure 'out of memory'"),
+        ("KeyError: \u201cmodel\u201d", 'KeyError: "model"'),
+        ("zero\u200bwidth\ufeff", "zerowidth"),
+        ("loss 0.5 \u2588\u2588 \u4e2d\u6587 \u00e9", "loss 0.5 \u2588\u2588 \u4e2d\u6587 \u00e9"),  # other text stays
+    ],
+)
+def test_unwrap_reads_a_pages_or_a_chats_typography_as_plain_characters(typed: str, plain: str) -> None:
+    assert unwrap(typed) == plain
+    assert unwrap_block(typed.encode() + b"\n" + typed.encode()) == (plain + "\n" + plain).encode()
+
+
+@pytest.mark.parametrize(
     "line",
     [
         "{'loss': 0.52, 'learning_rate': 1e-05}",  # a Python dict printed by a trainer
@@ -153,4 +169,6 @@ def test_body_and_unwrap_stay_linear_on_hostile_lines() -> None:
     assert_linear(body, lambda n: "    1: " * n, 20_000)
     assert_linear(unwrap, lambda n: "&lt;" * n, 20_000)
     assert_linear(unwrap, lambda n: "&#" + "9" * n + ";", 20_000)
+    assert_linear(unwrap, lambda n: "\u00a0\u2019" * n, 20_000)
+    assert_linear(unwrap_block, lambda n: "\u00a0\u200b\n".encode() * n, 20_000)
     assert body("1: " * 1000).startswith("1: ")  # a few heads are looked past, not a line made of them

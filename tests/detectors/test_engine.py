@@ -995,19 +995,20 @@ def test_a_whole_line_exclusion_reads_past_the_head() -> None:
 
 
 @pytest.mark.parametrize("block", [1, 64, 1 << 22])
-def test_a_log_copied_out_of_html_is_read_through_its_entities_by_both_scans(block: int) -> None:
+def test_a_log_copied_off_a_web_page_is_read_through_its_entities_and_spaces_by_both_scans(block: int) -> None:
     rules = builtin_rules()
     raw = (
         b"gpu-1:4242:4300 [0] NCCL INFO transport/net_socket.cc:342 -&gt; 2\n"
         b"RuntimeError: unable to write to file &lt;/torch_123_456_0&gt;: No space left on device (28)\n"
         b"a lone &amp; and a URL's ?a=1&amp;notify=2 &#10; stay one line each\n"
+        + "torch.OutOfMemoryError:\u00a0CUDA\u00a0out\u00a0of\u00a0memory.\u00a0Tried\n".encode()  # off a page
     )
     fast, slow, stats = scan_both(rules, raw, block)
     assert fast == slow
-    assert stats.lines == 3
+    assert stats.lines == 4
     found = {(reason, line) for reason, line, *_ in fast}
-    assert {("GenericNcclErrorTrail", 1), ("NoSpaceLeftOnDevice", 2)} <= found
-    assert {line for _, line, *_ in fast} <= {1, 2}
+    assert {("GenericNcclErrorTrail", 1), ("NoSpaceLeftOnDevice", 2), ("CudaOutOfMemory", 4)} <= found
+    assert {line for _, line, *_ in fast} == {1, 2, 4}
     assert next(text for _, line, text, _ in fast if line == 1).endswith("-&gt; 2")  # evidence: as written
 
 
