@@ -3,7 +3,8 @@ collectors and launchers give every line, scored against the folds as they are.
 
 The cases' logs are mostly pasted from issue threads: bare lines, or with the odd prefix. On a cluster the same lines
 arrive wrapped or headed (core.line_shapes): a container runtime's or kubectl's timestamp, a journald header, Docker's
-JSON, Ray's coloured worker prefix, torchrun's rank, srun's, mpirun's, pdsh's host. This rewrites every line of every
+JSON, Ray's coloured worker prefix, torchrun's rank, srun's, mpirun's, pdsh's host, kubectl's or docker compose's
+pod, or a file and line number where a person grepped a job's logs. This rewrites every line of every
 case of the chosen folds in one such shape (into a temporary folder), scores it with the rules of `argus analyze`,
 and prints per shape: the accuracy, the share of failure logs called unknown, and how many cases got a different
 category than the plain fold. A reader that depends on how a line was carried shows up as a change. Some shapes are a
@@ -59,6 +60,9 @@ SHAPES: dict[str, Callable[[str], str]] = {
     "srun -l": lambda line: f"3: {line}",
     "mpirun --tag-output": lambda line: f"[1,3]<stderr>:{line}",
     "pdsh host": lambda line: f"gpu-node-12: {line}",
+    "kubectl logs --prefix": lambda line: f"[pod/trainer-worker-0/pytorch] {line}",
+    "docker compose logs": lambda line: f"trainer-1  | {line}",
+    "journalctl -o short-iso": lambda line: f"2024-05-01T10:00:00+0000 gpu-node-3 python[4242]: {line}",
     "all of them": lambda line: f"{STAMP} stdout F \x1b[36m(TaskRunner pid=99, ip=10.0.0.8)\x1b[0m [rank0]: {line}",
 }
 # A log pasted into an issue, a chat or a mail (core.line_shapes: quotes; HTML escapes).
@@ -72,6 +76,12 @@ PASTED: dict[str, Callable[[str], str]] = {
     "Windows line ends": lambda line: f"{line}\r",
 }
 SHAPES.update(PASTED)
+# Shapes that number a file's lines: a person's grep over a job's logs, or a pager's line numbers.
+NUMBERED: dict[str, Callable[[int, str], str]] = {
+    "grep -Hn": lambda number, line: f"logs/worker-3.log:{number}:{line}",
+    "cat -n": lambda number, line: f"{number:6d}\t{line}",
+}
+SHAPES.update({shape: lambda line: line for shape in NUMBERED})  # listed with the others; rewrite numbers them
 JSON_SHAPES = {"docker json-file", "structured json"}
 # The facts of a case are rewritten too: they must be in its logs verbatim.
 ESCAPED_SHAPES = {"HTML-escaped", "no-break spaces (a web page's)", "curly quotes (a chat's)"}
@@ -99,6 +109,8 @@ def rewrite(src: Path, dst: Path, shape: str) -> None:
                 lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
                 if lines and lines[-1] == "":
                     lines.pop()
+                if shape in NUMBERED:
+                    lines = [NUMBERED[shape](number, line) for number, line in enumerate(lines, start=1)]
                 out.joinpath(path.name).write_text("".join(write(line) + "\n" for line in lines), encoding="utf-8")
             elif path.is_file() and path.name != CASE_FILE:
                 shutil.copy(path, out / path.name)

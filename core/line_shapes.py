@@ -16,7 +16,9 @@ py-spy frame, nccl-tests' table, Horovod's stall report. Lines rarely reach Argu
 - **Heads** are part of the line: the time a container runtime or kubectl --timestamps wrote ("2024-05-01T10:00:00
   .123456789Z stderr F "), a syslog / journald header ("May  1 10:00:00 gpu-3 python[42]: "), Ray's worker prefix
   ("(RayTrainWorker pid=42, ip=10.0.0.7) "), torchrun's ("[rank3]:", "[default3]:"), the rank srun -l, horovodrun
-  and mpirun --tag-output print ("3: ", "[1,3]<stderr>:"), and the host pdsh prints ("10.0.0.7: ", "node-03: ").
+  and mpirun --tag-output print ("3: ", "[1,3]<stderr>:"), the host pdsh prints ("10.0.0.7: ", "node-03: "), the
+  pod kubectl logs --prefix prints ("[pod/trainer-0/pytorch] "), docker compose's service ("trainer-1  | ") and
+  grep's file and line ("logs/worker-3.log:1234:", from grep -Hn over a job's logs).
   Times are read from them (core.line_time), so they stay in the line as written; `body` is the line without
   them, which is what rules read (detectors.engine.rule_text).
 
@@ -66,8 +68,10 @@ _TIME_KEYS = ("time", "timestamp", "@timestamp", "ts", "asctime")
 _TRACE_KEYS = ("exception", "exc_info", "stack_trace", "stack")
 _HEAD = re.compile(
     r"(?:"
+    # journalctl -o short-iso / short-iso-precise: an RFC 3339 time, the host, the program and its pid
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d) [\w.-]{1,64} [\w./@-]{1,64}\[\d{1,10}\]: "
     # RFC 3339 with a zone: the CRI log format (+ stream, + full/partial tag), kubectl logs --timestamps
-    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d) (?:(?:stdout|stderr) [FP] )?"
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d) (?:(?:stdout|stderr) [FP] )?"
     # syslog / journald: month day time host ident[pid]:
     r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d [\w.-]{1,64} [\w./@-]{1,64}"
     r"(?:\[\d{1,10}\])?: "
@@ -82,6 +86,16 @@ _HEAD = re.compile(
     # pdsh (DeepSpeed's multi-node launcher): the host, by address or by a name that ends in "-<number>"
     # ("worker-0", "gpu-node-3", "ip-10-0-0-7"); a bare "node1: " is no different from a driver's "mlx5: ".
     r"|(?:\d{1,3}\.){3}\d{1,3}: |[a-z][a-z0-9]{0,30}(?:-[a-z0-9]{1,30}){0,6}-[a-z]{0,8}\d{1,4}: "
+    # kubectl logs --prefix (several pods or containers at once): "[pod/<pod>/<container>] "
+    r"|\[pod/[\w.-]{1,253}/[\w.-]{1,63}\] "
+    # docker compose logs: the service's container, padded, then "| "
+    r"|[a-z0-9][\w.-]{0,62}[-_]\d{1,3} {0,30}\| "
+    # grep -H / -n / -Hn (":" on a matching line, "-" on a context line): a log file's path, a line number, or
+    # both; a number without a path is one only when no digit follows ("10:00:00" is a time, not line 10)
+    r"|(?:[\w.@~+-]{0,200}/){0,20}[\w.@+-]{1,200}\.(?:log|txt|out|err|jsonl?)(?:\.\d{1,3})?[:-](?:\d{1,9}[:-])?"
+    r"|\d{1,9}[:-](?![\d ])"
+    # cat -n, less -N: the line's number (after the indent that right-aligns it) and a tab
+    r"|\d{1,9}\t"
     r")"
 )
 _MAX_HEADS = 5  # "node-3: [rank0]: ..." nests a few; a line is never all heads

@@ -120,6 +120,22 @@ def test_unwrap_block_keeps_every_line_and_its_number() -> None:
         ("ip-10-0-0-7: Traceback", "Traceback"),
         # nested heads, as Ray on Kubernetes writes a torchrun worker's line
         ("2024-05-01T10:00:00Z stdout F (TaskRunner pid=9, ip=10.0.0.8) [rank0]: Traceback", "Traceback"),
+        # journalctl -o short-iso, kubectl logs --prefix, docker compose logs
+        ("2024-05-01T10:00:00+0000 gpu-node-3 python[4242]: Traceback", "Traceback"),
+        ("2024-05-01T10:00:00.123456+08:00 gpu-3 kernel[0]: NVRM: Xid", "NVRM: Xid"),
+        # without a program[pid] it is kubectl's time: the words after it are the program's, not a host's
+        ("2024-05-01T10:00:00Z NCCL error: unhandled system error", "NCCL error: unhandled system error"),
+        ("[pod/trainer-worker-0/pytorch] Traceback", "Traceback"),
+        ("trainer-1  | Traceback", "Traceback"),
+        ("verl_trainer_1 | [rank0]: Traceback", "Traceback"),
+        # grep over a job's logs (-H, -n, -Hn; "-" on context lines) and a pager's line numbers (cat -n)
+        ("logs/worker-3.log:1234:Traceback", "Traceback"),
+        ("/tmp/ray/session_latest/logs/raylet.out:(raylet) x", "(raylet) x"),
+        ("job-driver-raysubmit_1.log-17-Traceback", "Traceback"),
+        ("train.log:Traceback", "Traceback"),
+        ("1234:Traceback", "Traceback"),
+        ("1234-Traceback", "Traceback"),
+        ("    12\tTraceback", "Traceback"),
         # a log pasted into an issue or a mail: quote markers, nested, and an indent in front of a head
         ("> Traceback", "Traceback"),
         ("> > [rank3]: Traceback", "Traceback"),
@@ -153,6 +169,11 @@ def test_body_is_the_line_after_its_heads(line: str, rest: str) -> None:
         "-> 2",
         "a > b",
         "    > four spaces make a code block, not a quote",
+        "10:00:00 a clock time is no line number",
+        "12-05 10:00 nor a date",
+        "3:1 ratio",
+        "ERROR    | __main__:main:5 - a loguru level is no compose service",
+        "torch.log is a word, not a grep head",
     ],
 )
 def test_body_keeps_what_is_no_head(line: str) -> None:
@@ -167,6 +188,9 @@ def test_body_and_unwrap_stay_linear_on_hostile_lines() -> None:
     assert_linear(body, lambda n: "> " * n, 20_000)
     assert_linear(body, lambda n: " " * n + "x", 20_000)
     assert_linear(body, lambda n: "    1: " * n, 20_000)
+    assert_linear(body, lambda n: "a/" * n + "x.log:", 20_000)
+    assert_linear(body, lambda n: "a." * n + "log:", 20_000)
+    assert_linear(body, lambda n: "x-1" + " " * n + "| ", 20_000)
     assert_linear(unwrap, lambda n: "&lt;" * n, 20_000)
     assert_linear(unwrap, lambda n: "&#" + "9" * n + ";", 20_000)
     assert_linear(unwrap, lambda n: "\u00a0\u2019" * n, 20_000)

@@ -962,6 +962,12 @@ HEADS = [
     "\t",
     ">     ",
     "    2024-05-01T10:00:00Z stderr F [rank1]:",
+    # kubectl logs --prefix, docker compose logs, journalctl -o short-iso, grep -Hn over a job's logs, cat -n
+    "[pod/trainer-worker-0/pytorch] ",
+    "trainer-1  | ",
+    "2024-05-01T10:00:00+0000 gpu-node-3 python[4242]: ",
+    "logs/worker-3.log:1234:",
+    "    12\t",
 ]
 ANCHORED = [
     "Traceback (most recent call last):",
