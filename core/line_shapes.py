@@ -15,8 +15,9 @@ py-spy frame, nccl-tests' table, Horovod's stall report. Lines rarely reach Argu
   with: no-break and other Unicode spaces as a space, zero-width ones as nothing, curly quotes as straight ones.
 - **Heads** are part of the line: the time a container runtime or kubectl --timestamps wrote ("2024-05-01T10:00:00
   .123456789Z stderr F "), a syslog / journald header ("May  1 10:00:00 gpu-3 python[42]: "), Ray's worker prefix
-  ("(RayTrainWorker pid=42, ip=10.0.0.7) "), torchrun's ("[rank3]:", "[default3]:"), the rank srun -l, horovodrun
-  and mpirun --tag-output print ("3: ", "[1,3]<stderr>:"), the host pdsh prints ("10.0.0.7: ", "node-03: "), the
+  ("(RayTrainWorker pid=42, ip=10.0.0.7) ") and SkyPilot's ("(worker1, rank=1, pid=42, ip=10.0.0.7) "), torchrun's
+  ("[rank3]:", "[default3]:"), the rank srun -l, horovodrun and mpirun --tag-output print ("3: ", "[3] ",
+  "[1,3]<stderr>:"), the host pdsh prints ("10.0.0.7: ", "node-03: "), the
   pod kubectl logs --prefix prints ("[pod/trainer-0/pytorch] "), docker compose's service ("trainer-1  | ") and
   grep's file and line ("logs/worker-3.log:1234:", from grep -Hn over a job's logs).
   Times are read from them (core.line_time), so they stay in the line as written; `body` is the line without
@@ -75,12 +76,15 @@ _HEAD = re.compile(
     # syslog / journald: month day time host ident[pid]:
     r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d [\w.-]{1,64} [\w./@-]{1,64}"
     r"(?:\[\d{1,10}\])?: "
-    # Ray's worker prefix: "(pid=42)", "(pid=42, ip=10.0.0.7)", "(RayTrainWorker pid=42, ip=..., actor_id=...)"
-    r"|\((?:[\w.:<>-]{1,100} )?pid=\d{1,10}(?:, [a-z_]{1,20}=[^,()\n]{1,100}){0,4}\) "
-    # torchrun's --log-line-prefix / tee prefixes
-    r"|\[(?:rank|default)\d{1,6}\]: ?"
-    # mpirun --tag-output
-    r"|\[\d{1,6},\d{1,6}\]<std(?:out|err)>: ?"
+    # Ray's worker prefix: "(pid=42)", "(pid=42, ip=10.0.0.7)", "(RayTrainWorker pid=42, ip=..., actor_id=...)";
+    # SkyPilot's, which names the node first: "(head, rank=0, pid=42)", "(worker1, rank=1, pid=42, ip=10.0.0.7)",
+    # "(setup pid=42)", "(task-name, pid=42)"
+    r"|\((?:[\w.:<>-]{1,100},? )?(?:[a-z_]{1,20}=[^,()\n]{1,100}, ){0,4}"
+    r"pid=\d{1,10}(?:, [a-z_]{1,20}=[^,()\n]{1,100}){0,4}\) "
+    # torchrun's --log-line-prefix / tee prefixes; Determined's wrap_rank ("[rank=3] ")
+    r"|\[(?:rank|default)\d{1,6}\]: ?|\[rank=\d{1,6}\] "
+    # mpirun --tag-output ("[1,3]<stderr>:"), Horovod's own launcher ("[3]<stderr>:", "[3] ")
+    r"|\[\d{1,6}(?:,\d{1,6})?\]<std(?:out|err)>: ?|\[\d{1,6}\] "
     # srun -l, horovodrun: the rank
     r"|\d{1,6}: "
     # pdsh (DeepSpeed's multi-node launcher): the host, by address or by a name that ends in "-<number>"

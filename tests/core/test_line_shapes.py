@@ -120,6 +120,15 @@ def test_unwrap_block_keeps_every_line_and_its_number() -> None:
         ("ip-10-0-0-7: Traceback", "Traceback"),
         # nested heads, as Ray on Kubernetes writes a torchrun worker's line
         ("2024-05-01T10:00:00Z stdout F (TaskRunner pid=9, ip=10.0.0.8) [rank0]: Traceback", "Traceback"),
+        # SkyPilot's node prefix, Horovod's and Determined's rank
+        ("(head, rank=0, pid=2494) Traceback", "Traceback"),
+        ("(worker1, rank=1, pid=2345, ip=10.0.0.2) Traceback", "Traceback"),
+        ("(worker2, rank=2, ip=10.0.0.3, pid=2345) Traceback", "Traceback"),
+        ("(setup pid=8665) Traceback", "Traceback"),
+        ("(sft-job, pid=8665) Traceback", "Traceback"),
+        ("[0]<stderr>:Traceback", "Traceback"),
+        ("[3] Traceback", "Traceback"),
+        ("[rank=3] Traceback", "Traceback"),
         # journalctl -o short-iso, kubectl logs --prefix, docker compose logs
         ("2024-05-01T10:00:00+0000 gpu-node-3 python[4242]: Traceback", "Traceback"),
         ("2024-05-01T10:00:00.123456+08:00 gpu-3 kernel[0]: NVRM: Xid", "NVRM: Xid"),
@@ -174,6 +183,8 @@ def test_body_is_the_line_after_its_heads(line: str, rest: str) -> None:
         "3:1 ratio",
         "ERROR    | __main__:main:5 - a loguru level is no compose service",
         "torch.log is a word, not a grep head",
+        "[0, 1] a list is no rank",
+        "(pid) no number",
     ],
 )
 def test_body_keeps_what_is_no_head(line: str) -> None:
@@ -191,6 +202,7 @@ def test_body_and_unwrap_stay_linear_on_hostile_lines() -> None:
     assert_linear(body, lambda n: "a/" * n + "x.log:", 20_000)
     assert_linear(body, lambda n: "a." * n + "log:", 20_000)
     assert_linear(body, lambda n: "x-1" + " " * n + "| ", 20_000)
+    assert_linear(body, lambda n: "(a, " + "k=v, " * n + "pid=1) ", 20_000)
     assert_linear(unwrap, lambda n: "&lt;" * n, 20_000)
     assert_linear(unwrap, lambda n: "&#" + "9" * n + ";", 20_000)
     assert_linear(unwrap, lambda n: "\u00a0\u2019" * n, 20_000)

@@ -963,6 +963,8 @@ HEADS = [
     ">     ",
     "    2024-05-01T10:00:00Z stderr F [rank1]:",
     # kubectl logs --prefix, docker compose logs, journalctl -o short-iso, grep -Hn over a job's logs, cat -n
+    "(worker1, rank=1, pid=2345, ip=10.0.0.2) ",  # SkyPilot
+    "[3]<stderr>:",  # Horovod
     "[pod/trainer-worker-0/pytorch] ",
     "trainer-1  | ",
     "2024-05-01T10:00:00+0000 gpu-node-3 python[4242]: ",
