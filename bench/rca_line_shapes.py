@@ -4,14 +4,14 @@ collectors and launchers give every line, scored against the folds as they are.
 The cases' logs are mostly pasted from issue threads: bare lines, or with the odd prefix. On a cluster the same lines
 arrive wrapped or headed (core.line_shapes): a container runtime's or kubectl's timestamp, a journald header, Docker's
 JSON, Ray's coloured worker prefix, torchrun's rank, srun's, mpirun's, pdsh's host, kubectl's or docker compose's
-pod, or a file and line number where a person grepped a job's logs. This rewrites every line of every
-case of the chosen folds in one such shape (into a temporary folder), scores it with the rules of `argus analyze`,
-and prints per shape: the accuracy, the share of failure logs called unknown, and how many cases got a different
-category than the plain fold. A reader that depends on how a line was carried shows up as a change. Some shapes are a
-reader's, not a collector's: a log pasted where people discuss it (quoted with "> ", indented as a markdown code
-block, copied out of a page's HTML source with its entities or off a rendered page with its no-break spaces, typed
-into a chat that curls the quotes, or with Windows line ends), and every line cut at 120
-columns, as a log copied from a terminal arrives.
+pod, or a file and line number where a person grepped a job's logs. This rewrites every line of every case of the
+chosen folds in one such shape (into a temporary folder), scores it with the rules of `argus analyze`, and prints
+per shape: the accuracy, the share of failure logs called unknown, and how many cases got a different category than
+the plain fold. A reader that depends on how a line was carried shows up as a change. Some shapes are a reader's,
+not a collector's: a log pasted where people discuss it (quoted with "> ", indented as a markdown code block, copied
+out of a page's HTML source with its entities or off a rendered page with its no-break spaces, typed into a chat
+that curls the quotes, or with Windows line ends), and every line cut at 120 columns, as a log copied from a
+terminal arrives.
 
     .venv/bin/python bench/rca_line_shapes.py                 # dev and test folds, every shape
     .venv/bin/python bench/rca_line_shapes.py --fold dev --shape docker --json

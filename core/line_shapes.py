@@ -17,11 +17,11 @@ py-spy frame, nccl-tests' table, Horovod's stall report. Lines rarely reach Argu
   .123456789Z stderr F "), a syslog / journald header ("May  1 10:00:00 gpu-3 python[42]: "), Ray's worker prefix
   ("(RayTrainWorker pid=42, ip=10.0.0.7) ") and SkyPilot's ("(worker1, rank=1, pid=42, ip=10.0.0.7) "), torchrun's
   ("[rank3]:", "[default3]:"), the rank srun -l, horovodrun and mpirun --tag-output print ("3: ", "[3] ",
-  "[1,3]<stderr>:"), the host pdsh prints ("10.0.0.7: ", "node-03: "), the
-  pod kubectl logs --prefix prints ("[pod/trainer-0/pytorch] "), docker compose's service ("trainer-1  | ") and
-  grep's file and line ("logs/worker-3.log:1234:", from grep -Hn over a job's logs).
-  Times are read from them (core.line_time), so they stay in the line as written; `body` is the line without
-  them, which is what rules read (detectors.engine.rule_text).
+  "[1,3]<stderr>:"), the host pdsh prints ("10.0.0.7: ", "node-03: "), the pod kubectl logs --prefix prints
+  ("[pod/trainer-0/pytorch] "), docker compose's service ("trainer-1  | ") and grep's file and line
+  ("logs/worker-3.log:1234:", from grep -Hn over a job's logs). Times are read from them (core.line_time), so they
+  stay in the line as written; `body` is the line without them, which is what rules read
+  (detectors.engine.rule_text).
 
 Ray's system prefixes ("(raylet)", "(gcs_server)", "(pid=raylet)") are no head: rules read them to tell a raylet's
 line from a worker's, and they carry no pid number.
