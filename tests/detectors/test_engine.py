@@ -632,6 +632,8 @@ PHRASINGS = {
     ),
     "EI0002: The wait execution of the Notify register times out. Reason: The Notify register has not received the "
     "Notify record from remote rank [3].": "HcclNotifyWaitTimeout",
+    # NCCL's /dev/shm segment, where a post wrapped the quoted warning after its first word (tests/rca_cases/501)
+    "while creating shared memory segment /dev/shm/nccl-TfciGV (size 31850880), error: No space": "SharedMemoryFull",
     # other accelerators' device OOM: Intel XPU (Unified Runtime, Level Zero), Gaudi, Ascend; ROCm's memory fault
     "RuntimeError: level_zero backend failed with error: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)": (
         "GenericDeviceOutOfMemory"
