@@ -1015,38 +1015,37 @@ def test_a_whole_line_exclusion_reads_past_the_head() -> None:
     assert "GenericCommunicationFailure" not in [r.reason for r in rules.match("[rank0]:" + warning)]
 
 
+def _read_alike_by_both_scans(raw: bytes, block: int, lines: int) -> tuple[set[tuple[str, int]], dict[int, str]]:
+    """The (rule, line) matches and each matched line's text, once both scans agreed and counted `lines` lines."""
+    fast, slow, stats = scan_both(builtin_rules(), raw, block)
+    assert fast == slow
+    assert stats.lines == lines
+    return {(reason, line) for reason, line, *_ in fast}, {line: text for _, line, text, _ in fast}
+
+
 @pytest.mark.parametrize("block", [1, 64, 1 << 22])
 def test_a_log_copied_off_a_web_page_is_read_through_its_entities_and_spaces_by_both_scans(block: int) -> None:
-    rules = builtin_rules()
     raw = (
         b"gpu-1:4242:4300 [0] NCCL INFO transport/net_socket.cc:342 -&gt; 2\n"
         b"RuntimeError: unable to write to file &lt;/torch_123_456_0&gt;: No space left on device (28)\n"
         b"a lone &amp; and a URL's ?a=1&amp;notify=2 &#10; stay one line each\n"
         + "torch.OutOfMemoryError:\u00a0CUDA\u00a0out\u00a0of\u00a0memory.\u00a0Tried\n".encode()  # off a page
     )
-    fast, slow, stats = scan_both(rules, raw, block)
-    assert fast == slow
-    assert stats.lines == 4
-    found = {(reason, line) for reason, line, *_ in fast}
+    found, texts = _read_alike_by_both_scans(raw, block, lines=4)
     assert {("GenericNcclErrorTrail", 1), ("NoSpaceLeftOnDevice", 2), ("CudaOutOfMemory", 4)} <= found
-    assert {line for _, line, *_ in fast} == {1, 2, 4}
-    assert next(text for _, line, text, _ in fast if line == 1).endswith("-&gt; 2")  # evidence: as written
+    assert set(texts) == {1, 2, 4}
+    assert texts[1].endswith("-&gt; 2")  # the evidence is the line as written
 
 
 @pytest.mark.parametrize("block", [1, 64, 1 << 22])
 def test_colours_and_json_around_lines_are_read_through_by_both_scans(block: int) -> None:
-    rules = builtin_rules()
     raw = (
         b"\x1b[1m\x1b[31mtorch.OutOfMemoryError\x1b[0m: CUDA \x1b[1mout of memory\x1b[0m. Tried to allocate 2 GiB\n"
         b'{"log":"OSError: [Errno 28] No space left on device\\n","stream":"stderr","time":"2024-05-01T10:00:00Z"}\n'
         b"{'loss': 0.5}\n"
         b"\x1b[36m(TaskRunner pid=2)\x1b[0m Traceback (most recent call last):\n"
     )
-    fast, slow, stats = scan_both(rules, raw, block)
-    assert fast == slow
-    assert stats.lines == 4
-    found = {(reason, line) for reason, line, *_ in fast}
+    found, texts = _read_alike_by_both_scans(raw, block, lines=4)
     assert {("CudaOutOfMemory", 1), ("NoSpaceLeftOnDevice", 2)} <= found
-    texts = {line: text for _, line, text, _ in fast}
     assert texts[1].startswith("\x1b[1m\x1b[31mtorch.OutOfMemoryError")  # the evidence is the line as written
     assert texts[2].startswith('{"log":"OSError')
