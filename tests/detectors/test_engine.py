@@ -634,7 +634,7 @@ PHRASINGS = {
     "Notify record from remote rank [3].": "HcclNotifyWaitTimeout",
     # NCCL's /dev/shm segment, where a post wrapped the quoted warning after its first word (tests/rca_cases/501)
     "while creating shared memory segment /dev/shm/nccl-TfciGV (size 31850880), error: No space": "SharedMemoryFull",
-    # other accelerators' device OOM: Intel XPU (Unified Runtime, Level Zero), Gaudi, Ascend; ROCm's memory fault
+    # other accelerators' device OOM: Intel XPU (Unified Runtime, Level Zero), Gaudi, Ascend
     "RuntimeError: level_zero backend failed with error: 39 (UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)": (
         "GenericDeviceOutOfMemory"
     ),
@@ -643,8 +643,6 @@ PHRASINGS = {
         "GenericDeviceOutOfMemory"
     ),
     "EL0004: [PID: 4242] 2025-07-01-00:40:04.135.732 Failed to allocate memory.": "GenericDeviceOutOfMemory",
-    "Memory access fault by GPU node-1 (Agent handle: 0x55ac14d27600) on address 0x7f9587e00000. Reason: Page not "
-    "present or supervisor privilege.": "CudaIllegalMemoryAccess",
     # libtorch's own messages (its binary's strings): a rank that waited in the barrier, a TCPStore key never set
     "RuntimeError: Rank 3 timed out in monitoredBarrier after 1800000 ms.": "MonitoredBarrierTimeout",
     "RuntimeError: Rank 1 successfully reached monitoredBarrier, but received errors while waiting for send/recv from "
