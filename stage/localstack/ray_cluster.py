@@ -63,6 +63,22 @@ _METRICS_MIN_PORT = 20000
 _STOP_GRACE_S = 15.0
 
 
+def _own_ports() -> list[str]:
+    """The ports a node's processes would otherwise pick for themselves, given from the ones handed out here.
+
+    Left to Ray, the dashboard agent's gRPC server, the runtime-env agent, the node manager and the object manager
+    each ask the kernel for a free port while the ports handed out for the node (its agent's HTTP port, say) are not
+    bound yet; the kernel once gave the agent's gRPC server the port just handed out for its HTTP server, the agent
+    could not bind it, and every Jobs API call on that cluster failed ("Agent info not found in internal KV").
+    """
+    return [
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+        f"--node-manager-port={free_port()}",
+        f"--object-manager-port={free_port()}",
+    ]
+
+
 def _as_dict(state: object) -> dict[str, Any]:
     """One row of Ray's state API as a dict: a dataclass (NodeState, ...) in the Rays we run, a dict in older ones."""
     if dataclasses.is_dataclass(state) and not isinstance(state, type):
@@ -280,6 +296,7 @@ class RayCluster:
             f"--dashboard-port={self._dashboard_port}",
             f"--metrics-export-port={metrics}",
             f"--dashboard-agent-listen-port={agent}",
+            *_own_ports(),
             f"--ray-client-server-port={client}",
             f"--temp-dir={temp_dir}",
         ]  # fmt: skip
@@ -312,6 +329,7 @@ class RayCluster:
             f"--resources={json.dumps({'worker': 1, f'worker{i}': 1})}",
             f"--metrics-export-port={metrics}",
             f"--dashboard-agent-listen-port={agent}",
+            *_own_ports(),
             f"--temp-dir={temp_dir}",
         ]  # fmt: skip
         log = self.base_dir / f"worker{i}{'-' + suffix if suffix else ''}.log"
