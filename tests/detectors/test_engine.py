@@ -652,6 +652,40 @@ PHRASINGS = {
     "torch.distributed.DistStoreError: wait timeout after 600000ms, keys: /default_pg/0//cuda//0": (
         "DistributedStoreTimeout"
     ),
+    # Ray 2.60's own strings (its raylet, GCS and core worker binaries and python/ray): a lost node, the memory
+    # monitor's kills, a full spill disk
+    "[2025-03-01 10:00:00,000 C 123 123] (raylet) node_manager.cc:1000: GCS consider this node to be dead. This may "
+    "happen when GCS is not backed by a DB and restarted or there is data loss in the DB.": "RayletMarkedDeadByGcs",
+    "task_manager.cc:900: Task attempt 77fe0a1b2c3d failed with error NODE_DIED Fail immediately? 0, status IOError: "
+    "node dead": "TaskNodeDied",
+    "task_manager.cc:900: Task attempt 77fe0a1b2c3d failed with error LOCAL_RAYLET_DIED Fail immediately? 0": (
+        "LocalRayletDied"
+    ),
+    "(raylet) node_manager.cc:2000: Drain raylet RPC has received. Deadline is 1740910500000. Drain reason: "
+    "DRAIN_NODE_REASON_PREEMPTION. Drain reason message: gce-maintenance": "NodeDeathRecorded",
+    "(autoscaler +2m31s) Removing 1 nodes of type ray.worker.gpu (lost contact with raylet).": "NodeDeathRecorded",
+    "WARNING autoscaler.py:1288 -- StandardAutoscaler: i-0abc123: No recent heartbeat, restarting Ray to recover...": (
+        "NodeDeathRecorded"
+    ),
+    "Memory on the node (IP: 10.83.10.20) was 957.55GB used / 1006.84GB limit (0.951040), which exceeds the memory "
+    "usage threshold of 0.95.": "RayOomKillerKilledTask",
+    "Ray killed this worker (ID: 5f1d2e3a) because it was the most recently scheduled task; to see more information "
+    "about memory usage on this node, use `ray logs raylet.out -ip 10.83.10.20`.": "RayOomKillerKilledTask",
+    "(raylet) Ray killed 1 worker(s) based on the killing policy: [group-by-owner]": "RayOomKillerKilledTask",
+    "(raylet) Task _map_task failed due to oom. There are infinite oom retries remaining, so the task will be "
+    "retried.": "RayOomKillerKilledTask",
+    "(gcs_server) gcs_worker_manager.cc:50: Reporting worker exit, worker id = 5f1d, node id = 3f2a, address = "
+    "10.0.0.5, exit_type = NODE_OUT_OF_MEMORY, exit_detail = see raylet.out": "RayOomKillerKilledTask",
+    "(raylet) memory_monitor.cc:50: Still waiting for worker eviction to free up memory. worker pid: 4412": (
+        "RayOomKillerKilledTask"
+    ),
+    "(raylet) create_request_queue.cc:100: Out-of-disk: Failed to create object 00ffffffffffffffffffffffffffffffffffff"
+    "ff0100000001000000 of size 100MB": "RayOutOfDisk",
+    "The object cannot be created because the local object store is full and the local disk's utilization is over "
+    "capacity (95% by default).": "RayOutOfDisk",
+    "ray.exceptions.ObjectLostError: Failed to retrieve object 00ffffffffffffffffffffffffffffffffffffff0100000001000000."
+    " To see information about where this ObjectRef was created in Python, set the environment variable "
+    "RAY_record_ref_creation_sites=1": "GenericProcessDiedUnexpectedly",
 }
 
 

@@ -269,6 +269,16 @@ HEALTHY = [
     "|   0  NVIDIA H100 80GB HBM3          On  | 00000000:18:00.0 Off |                    0 |",
     # a graceful stop marked dead is no loss
     "Node is marked as dead by GCS as it's already shutting down.",
+    # the GCS's and core workers' housekeeping on any node's removal (an idle scale-down, a clean ray stop)
+    "(gcs_server) gcs_job_manager.cc:300: Node is dead, marking all jobs with drivers on this node as finished.",
+    "(gcs_server) gcs_placement_group_manager.cc:300: Node is dead, rescheduling the placement groups on the dead node.",
+    "(gcs_server) gcs_actor_manager.cc:300: Node is dead, reconstructing actors.",
+    "core_worker.cc:300: Node failure. All objects pinned on that node will be lost if object reconstruction is not "
+    "enabled.",
+    # Ray's tag names the process a line came from; a worker's pipe to its own object store is no collective
+    "(raylet) 0 Workers (tasks / actors) killed due to memory pressure (OOM), 3 Workers crashed due to other reasons",
+    "core_worker.cc:300: The connection to the plasma store is failed. Terminate the process. Status: IOError: Broken "
+    "pipe",
     "INFO node 3 marked healthy",
     # a node that could not start is a launch failure, not a loss; a host's memory is not the host
     "autoscaler: Node i-0123abcd has failed to start; retrying in 30 s",
