@@ -683,9 +683,40 @@ PHRASINGS = {
     "ff0100000001000000 of size 100MB": "RayOutOfDisk",
     "The object cannot be created because the local object store is full and the local disk's utilization is over "
     "capacity (95% by default).": "RayOutOfDisk",
-    "ray.exceptions.ObjectLostError: Failed to retrieve object 00ffffffffffffffffffffffffffffffffffffff0100000001000000."
-    " To see information about where this ObjectRef was created in Python, set the environment variable "
+    "ray.exceptions.ObjectLostError: Failed to retrieve object 00ffffffffffffffffffffffffffffffffffffff01000000010000"
+    "00. To see information about where this ObjectRef was created in Python, set the environment variable "
     "RAY_record_ref_creation_sites=1": "GenericProcessDiedUnexpectedly",
+    # PyTorch's own strings (the 2.13 wheel's Python sources and libtorch: ProcessGroupNCCL.cpp, TraceUtils.h,
+    # socket.cpp)
+    "[rank1]:[F1003 18:46:01.8 ProcessGroupNCCL.cpp:1500] [PG ID 0 PG GUID 0(default_pg) Rank 1] Terminating the "
+    "process after attempting to dump debug info, due to ProcessGroupNCCL watchdog hang.": (
+        "NcclHeartbeatMonitorTimeout"
+    ),
+    "[rank1]:[E1003 18:37:01.8 ProcessGroupNCCL.cpp:1595] Rank 1 - To our best knowledge, ranks [3] are the lagging "
+    "ranks that caused this timeout. They never joined any collectives": "NcclTimeoutDebugDump",
+    "\t   - [3] joined but didn't finish collective #41207 (count from 1)": "NcclTimeoutDebugDump",
+    "torch.distributed.DistBackendError: NCCL timeout in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:301, NCCL "
+    "operation in progress, NCCL version 2.21.5": "DistributedStoreTimeout",
+    "torch.distributed.DistStoreError: barrier timeout after 300000ms, key: torchelastic/agent/terminal_state": (
+        "DistributedStoreTimeout"
+    ),
+    "TimeoutError: timed out waiting for all 16 members to join": "DistributedStoreTimeout",
+    "RuntimeError: Socket Timeout": "DistributedStoreTimeout",
+    "torch.distributed.DistBackendError: Attempt to perform collective on tensor not on device passed to "
+    "init_process_group": "CollectiveTensorOnWrongDevice",
+    "[rank0]:[E1003 18:37:01.8 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) Rank 0] Tensor found on "
+    "device cuda:1 but backend constrained to cuda:0": "CollectiveTensorOnWrongDevice",
+    "[rank0]:[E501 10:00:00.1 socket.cpp:500] [c10d] The server socket has failed to listen on any local network "
+    "address.": "PortAlreadyInUse",
+    "torch.distributed.DistNetworkError: The client socket has timed out after 600000ms while trying to connect to "
+    "(10.0.0.99, 29500).": "RendezvousUnreachable",
+    "ERROR: Unexpected segmentation fault encountered in worker.": "GenericProcessCrashed",
+    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:456] Read timeout [10.0.0.3]:44012": (
+        "GenericCollectiveTimeout"
+    ),
+    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:589] Socket closed [10.0.0.3]:44012": (
+        "GenericPeerConnectionLost"
+    ),
 }
 
 
@@ -1081,3 +1112,20 @@ def test_colours_and_json_around_lines_are_read_through_by_both_scans(block: int
     assert {("CudaOutOfMemory", 1), ("NoSpaceLeftOnDevice", 2)} <= found
     assert texts[1].startswith("\x1b[1m\x1b[31mtorch.OutOfMemoryError")  # the evidence is the line as written
     assert texts[2].startswith('{"log":"OSError')
+
+
+@pytest.mark.parametrize("line", [
+    # every rank prints it once rank 0's store is gone, at the end of a healthy run too
+    '[rank3]:[W501 ProcessGroupNCCL.cpp:1400] Failed to check the "should dump" flag on TCPStore, (maybe TCPStore '
+    "server has shut down too early), with error: Connection reset by peer",
+    # start-up noise at scale: the client says it retries
+    "W0501 TCPStore.cpp:343] [c10d] TCP client failed to connect/validate to host node-1:29500 - retrying (try=0, "
+    "timeout=1800000ms, delay=1532ms): Connection reset by peer",
+    # torchrun killing a worker that ignored its SIGTERM: the agent's kill, not the kernel's
+    "torch.distributed.elastic.multiprocessing.api: [WARNING] Unable to shutdown process 36072 via Signals.SIGTERM, "
+    "forcefully exiting via Signals.SIGKILL",
+    # the GCS's housekeeping on any node's removal
+    "(gcs_server) gcs_job_manager.cc:300: Node is dead, marking all jobs with drivers on this node as finished.",
+])
+def test_teardown_notes_are_read_by_no_permanent_rule(line: str) -> None:
+    assert [r.reason for r in builtin_rules().match(line) if r.permanent] == []

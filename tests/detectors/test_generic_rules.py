@@ -271,7 +271,8 @@ HEALTHY = [
     "Node is marked as dead by GCS as it's already shutting down.",
     # the GCS's and core workers' housekeeping on any node's removal (an idle scale-down, a clean ray stop)
     "(gcs_server) gcs_job_manager.cc:300: Node is dead, marking all jobs with drivers on this node as finished.",
-    "(gcs_server) gcs_placement_group_manager.cc:300: Node is dead, rescheduling the placement groups on the dead node.",
+    "(gcs_server) gcs_placement_group_manager.cc:300: Node is dead, rescheduling the placement groups on the dead "
+    "node.",
     "(gcs_server) gcs_actor_manager.cc:300: Node is dead, reconstructing actors.",
     "core_worker.cc:300: Node failure. All objects pinned on that node will be lost if object reconstruction is not "
     "enabled.",
@@ -279,6 +280,22 @@ HEALTHY = [
     "(raylet) 0 Workers (tasks / actors) killed due to memory pressure (OOM), 3 Workers crashed due to other reasons",
     "core_worker.cc:300: The connection to the plasma store is failed. Terminate the process. Status: IOError: Broken "
     "pipe",
+    # torchrun's teardown and exit, and PyTorch's start-up and exit notes, in healthy and failed runs alike
+    "torch.distributed.elastic.multiprocessing.api: [WARNING] Unable to shutdown process 36072 via Signals.SIGTERM, "
+    "forcefully exiting via Signals.SIGKILL",
+    "api.py:930] Process 36072 did not exit after SIGKILL within 30s; abandoning and continuing teardown.",
+    "WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node 'node-2_36000_0' has failed to shutdown "
+    "the rendezvous 'job42' due to an error of type RendezvousConnectionError.",
+    "[rank0]:[W1105 13:37:10.134661876 ProcessGroupNCCL.cpp:4115] [PG ID 0 PG GUID 0 Rank 0]  using GPU 0 to perform "
+    "barrier as devices used by this process are currently unknown. This can potentially cause a hang if this rank to "
+    "GPU mapping is incorrect. Specify device_ids in barrier() to force use of a particular device.",
+    "[rank1]:[E1003 18:38:16.8 ProcessGroupNCCL.cpp:1301] [PG ID 0 PG GUID 0(default_pg) Rank 1] Future for Flight "
+    "recorder dump in heartbeatMonitor timed out after 15000 ms",
+    "[rank3]:[W501 10:00:00.1 ProcessGroupNCCL.cpp:1400] [PG ID 0 PG GUID 0 Rank 3] Failed to check the "
+    "\"should dump\" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: "
+    "Connection reset by peer",
+    "[rank0]:[I501 10:00:00.1 ProcessGroupNCCL.cpp:900] [PG ID 0 PG GUID 0 Rank 0] Launching ProcessGroupNCCL abort "
+    "asynchronously.",
     "INFO node 3 marked healthy",
     # a node that could not start is a launch failure, not a loss; a host's memory is not the host
     "autoscaler: Node i-0123abcd has failed to start; retrying in 30 s",
