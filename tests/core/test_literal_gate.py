@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from core.errors import ConfigError, RuleError
-from core.line_shapes import body, unwrap
 from core.literal_gate import (
     CharCosts,
     LiteralGate,
@@ -25,7 +24,7 @@ from core.literal_gate import (
     parse_pattern,
     required_literals,
 )
-from detectors.engine import RuleSet, load_rule_file, load_rules
+from detectors.engine import RuleSet, load_rule_file, load_rules, rule_text
 from rca.redact import DEFAULT_PATTERNS, Redactor
 from rca.redact_scan import find_spans, lower_ascii
 from tests.cost import FLOOR_S, GROWTH, assert_linear, cpu_seconds, shrunk
@@ -279,7 +278,7 @@ def test_engine_gating_never_changes_which_rules_match() -> None:
     lines = _engine_literal_text(rules, rng) + rng.sample(real, min(2000, len(real)))
     matched = 0
     for line in lines:
-        read = body(unwrap(line))  # what rules read of a line: past its wrapper and its heads (core.line_shapes)
+        read = rule_text(line)  # what rules read of a line: past its wrapper, its heads and its indent
         plain = [r for r in rules if r.regex.search(read)]
         assert rules.match(line) == plain, line
         matched += bool(plain)

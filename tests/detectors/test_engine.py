@@ -717,6 +717,38 @@ PHRASINGS = {
     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:589] Socket closed [10.0.0.3]:44012": (
         "GenericPeerConnectionLost"
     ),
+    # NVIDIA's own strings: NCCL's WARN lines (src/init.cc, bootstrap.cc), the CUDA driver API's names, NVML, the GSP
+    # firmware, DCGM's health and diagnostic messages (dcgmlib/dcgm_errors.h)
+    "host:48213:48213 [0] init.cc:1043 NCCL WARN Mismatched NCCL version detected : rank 8 version 22105 rank 0 "
+    "version 21903": "NcclConfigurationRejected",
+    "host:48213:48213 [0] bootstrap.cc:348 NCCL WARN Bootstrap Root : rank 3 of 8 ranks has already checked in": (
+        "NcclConfigurationRejected"
+    ),
+    "host:48213:48213 [0] init.cc:1057 NCCL WARN Multiple Ranks are using the same GPU/Partition. Set "
+    "NCCL_MULTI_RANK_GPU_ENABLE=1 to allow it.": "NcclDuplicateGpu",
+    "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+    "invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.21.5": "NcclInvalidUsage",
+    "E cuda_driver.cc:268] failed call to cuInit: CUDA_ERROR_SYSTEM_NOT_READY: system not yet initialized": (
+        "GenericGpuFault"
+    ),
+    "RuntimeError: CUDA error: system not yet initialized": "GenericGpuFault",
+    "cuMemcpyDtoHAsync failed: <CUresult.CUDA_ERROR_NVLINK_UNCORRECTABLE: 220>": "GenericGpuFault",
+    "cuLaunchKernel failed: <CUresult.CUDA_ERROR_ASSERT: 710>": "GenericCudaUsageError",
+    "failed call to cuInit: CUDA_ERROR_STUB_LIBRARY: CUDA driver is a stub library": "GenericCudaUsageError",
+    "pynvml.NVMLError_ResetRequired: GPU requires restart": "GpuResetRequired",
+    "GPU 3 requires a reset to recover from a fault. Recovery action: 1 (GPU_RESET).": "GpuResetRequired",
+    "Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error": "GpuUnreachable",
+    "pynvml.NVMLError_CorruptedInforom: Corrupted infoROM": "GenericGpuFault",
+    "nvidia-container-cli: detection error: nvml error: gpu is lost": "GenericGpuFault",
+    "[ 5123.456789] NVRM: _issueRpcAndWait: rpcRecvPoll timedout for fn 76!": "GenericGpuFault",
+    "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable": "GenericGpuFault",
+    "A pending retired page has been detected in GPU 3.": "DcgmHealthFault",
+    "GPU 3 had uncorrectable memory errors and row remapping failed.": "DcgmHealthFault",
+    "GPU had a contained error.": "DcgmHealthFault",
+    "Detected fatal NvSwitch SXID 24007": "DcgmHealthFault",
+    "Only 16 NvLinks are up out of the expected 18": "DcgmHealthFault",
+    "Found 37 faulty memory elements on GPU 3": "DcgmHealthFault",
+    "Detected more than 8 PCIe replays per minute for GPU 3 : 57": "DcgmHealthFault",
 }
 
 
@@ -1126,6 +1158,9 @@ def test_colours_and_json_around_lines_are_read_through_by_both_scans(block: int
     "forcefully exiting via Signals.SIGKILL",
     # the GCS's housekeeping on any node's removal
     "(gcs_server) gcs_job_manager.cc:300: Node is dead, marking all jobs with drivers on this node as finished.",
+    # NCCL retrying a verbs call, at INFO
+    "host:48213:48213 [0] NCCL INFO Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, "
+    "retrying 1/5 after 100 msec of sleep",
 ])
 def test_teardown_notes_are_read_by_no_permanent_rule(line: str) -> None:
     assert [r.reason for r in builtin_rules().match(line) if r.permanent] == []

@@ -87,8 +87,6 @@ SHAPES = [
     ("gpu-1:1234:1234 [0] bootstrap.cc:99 NCCL WARN Bootstrap : no socket interface found", "nccl_error"),
     ("gpu-1:1234:1250 [3] transport.cc:52 NCCL WARN Rank 3 has no transport for connecting peer 5 on channel 0/2",
      "nccl_error"),
-    ("gpu-1:1234:1250 [0] init.cc:730 NCCL WARN Mismatched NCCL version detected : rank 0 version 21903 rank 8 version "
-     "21805", "nccl_error"),
     # Ray's system exceptions for objects whose owner or holder is gone: not the job's own error
     ("ray.exceptions.OwnerDiedError: Failed to retrieve object 00ffffffffffffffffffffffffffffffffffffff0100000001. "
      "The object's owner has exited.", "node_lost"),
@@ -296,6 +294,11 @@ HEALTHY = [
     "Connection reset by peer",
     "[rank0]:[I501 10:00:00.1 ProcessGroupNCCL.cpp:900] [PG ID 0 PG GUID 0 Rank 0] Launching ProcessGroupNCCL abort "
     "asynchronously.",
+    # NCCL's INFO lines for calls it retries (misc/ibvwrap.cc, os/linux.cc)
+    "host:48213:48213 [0] NCCL INFO Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, curr "
+    "state INIT, next state RTR, retrying 1/5 after 100 msec of sleep",
+    "host:48213:48213 [0] NCCL INFO mkstemp: Failed to create /dev/shm/nccl-a1B2c3, error: Interrupted "
+    "system call (4) - retrying",
     "INFO node 3 marked healthy",
     # a node that could not start is a launch failure, not a loss; a host's memory is not the host
     "autoscaler: Node i-0123abcd has failed to start; retrying in 30 s",
