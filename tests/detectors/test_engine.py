@@ -749,6 +749,43 @@ PHRASINGS = {
     "Only 16 NvLinks are up out of the expected 18": "DcgmHealthFault",
     "Found 37 faulty memory elements on GPU 3": "DcgmHealthFault",
     "Detected more than 8 PCIe replays per minute for GPU 3 : 57": "DcgmHealthFault",
+    # the launchers' and clouds' own records (Slurm, Kubernetes' kubelet and controllers, Kubeflow, KubeRay, Open MPI /
+    # PRRTE help texts, Azure's scheduled events, GCE's audit events, AWS's spot request codes)
+    "srun: Exceeded job memory limit": "SlurmCgroupOomKill",
+    "  Warning  SystemOOM  2m  kubelet  System OOM encountered, victim process: python, pid: 48213": "KernelOomKiller",
+    'I0611 eviction_manager.go:366] "Eviction manager: must evict pod(s) to reclaim" resourceName="memory"': (
+        "KubeletMemoryEviction"
+    ),
+    "  Warning  Evicted  3m  kubelet  The node had condition: [MemoryPressure].": "KubeletMemoryEviction",
+    "  Warning  Evicted  3m12s  kubelet  The node was low on resource: inodes.": "KubeletStorageEviction",
+    "Message:          Pod ephemeral local storage usage exceeds the total limit of containers 100Gi.": (
+        "KubeletStorageEviction"
+    ),
+    'Message:          Usage of EmptyDir volume "dshm" exceeds the limit "64Gi".': "KubeletStorageEviction",
+    "slurmstepd: error: execve(): train.py: Permission denied": "GenericLaunchMistake",
+    "sbatch: error: Batch job submission failed: Invalid generic resource (gres) specification": "GenericLaunchMistake",
+    "  Warning  Failed  3s  kubelet  Error: couldn't find key HF_TOKEN in Secret default/hf": "GenericLaunchMistake",
+    "There are not enough slots available in the system to satisfy the 16 slots that were requested by the "
+    "application:": "GenericLaunchMistake",
+    "   JobState=TIMEOUT Reason=TimeLimit Dependency=(null)": "JobTimeLimitReached",
+    "  Normal  PyTorchJobFailed  1m  pytorchjob-controller  Job llama-ft has failed because it was active longer than "
+    "specified deadline": "JobTimeLimitReached",
+    "  Message:  The RayJob has passed the activeDeadlineSeconds. StartTime: 2024-06-11 03:14:07.": (
+        "JobTimeLimitReached"
+    ),
+    "srun: error: Cannot communicate with node 3.  Aborting job.": "SchedulerRecordedNodeLoss",
+    "   JobState=PREEMPTED Reason=None Dependency=(null)": "SchedulerRecordedNodeLoss",
+    "    Message:  Preempted in order to admit critical pod": "SchedulerRecordedNodeLoss",
+    "    message: 'Taint manager: deleting due to NoExecute taint'": "SchedulerRecordedNodeLoss",
+    "    message: 'PodGC: node no longer exists'": "SchedulerRecordedNodeLoss",
+    "A critical communication path was lost to:": "SchedulerRecordedNodeLoss",
+    '{"Events": [{"EventId": "1", "EventType": "Preempt", "ResourceType": "VirtualMachine", "Description": ""}]}': (
+        "SchedulerRecordedNodeLoss"
+    ),
+    '  "methodName": "compute.instances.hostError", "status": {"message": "Instance terminated by Compute Engine."}': (
+        "SchedulerRecordedNodeLoss"
+    ),
+    "Status: instance-terminated-no-capacity": "SchedulerRecordedNodeLoss",
 }
 
 
@@ -1161,6 +1198,8 @@ def test_colours_and_json_around_lines_are_read_through_by_both_scans(block: int
     # NCCL retrying a verbs call, at INFO
     "host:48213:48213 [0] NCCL INFO Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, "
     "retrying 1/5 after 100 msec of sleep",
+    # a device taint (DRA) deletes a pod for a device, not for its node
+    "    message: 'Device Taint manager: deleting due to NoExecute taint'",
 ])
 def test_teardown_notes_are_read_by_no_permanent_rule(line: str) -> None:
     assert [r.reason for r in builtin_rules().match(line) if r.permanent] == []

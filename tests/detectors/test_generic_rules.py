@@ -184,7 +184,7 @@ SHAPES = [
     # a machine shut down under the job, one that became unavailable, a cloud's maintenance, Kubernetes' unknown node
     ("The job was terminated because the machine it was running on was shut down for maintenance.", "node_lost"),
     ("The node gpu-node-3 became unavailable", "node_lost"),
-    ("compute.instances.hostError: host maintenance event on instance train-7", "node_lost"),
+    ("GCE: host maintenance event on instance train-7", "node_lost"),
     ("Warning  NodeStatusUnknown  node/gpu-7  Kubelet stopped reporting", "node_lost"),
     # Kubernetes' node controller taking pods off a node that stopped answering, a container whose node is gone, a node
     # reported failed or lost in a launcher's words, a cloud launcher's preemption exception
