@@ -786,6 +786,20 @@ PHRASINGS = {
         "SchedulerRecordedNodeLoss"
     ),
     "Status: instance-terminated-no-capacity": "SchedulerRecordedNodeLoss",
+    # storage services and layers (MinIO's api-errors.go, Ceph RGW, Azure Files, Docker's devicemapper, ext4, the
+    # kernel's dquot) and a process out of file descriptors (NCCL's src/os/linux.cc, Python's errno 24)
+    "botocore.exceptions.ClientError: An error occurred (XMinioStorageFull) when calling the PutObject operation: "
+    "Storage backend has reached its minimum free drive threshold.": "NoSpaceLeftOnDevice",
+    "botocore.exceptions.ClientError: An error occurred (QuotaExceeded) when calling the PutObject operation: "
+    "Unknown": "DiskQuotaExceeded",
+    "Error response from daemon: devmapper: Thin Pool has 1635 free data blocks which is less than minimum required "
+    "163840 free data blocks.": "NoSpaceLeftOnDevice",
+    "EXT4-fs (dm-0): Delayed block allocation failed for inode 393228 at logical offset 2048 with max blocks 2048 with "
+    "error 28": "NoSpaceLeftOnDevice",
+    "sda1: write failed, user block limit reached.": "DiskQuotaExceeded",
+    "host:1:1 [0] NCCL WARN Error while creating shared memory segment /dev/shm/nccl-XXXXXX (size 9637888), error: Too "
+    "many open files (24)": "TooManyOpenFiles",
+    "OSError: [Errno 24] Too many open files: '/data/shard_001.bin'": "TooManyOpenFiles",
 }
 
 
@@ -1200,6 +1214,10 @@ def test_colours_and_json_around_lines_are_read_through_by_both_scans(block: int
     "retrying 1/5 after 100 msec of sleep",
     # a device taint (DRA) deletes a pod for a device, not for its node
     "    message: 'Device Taint manager: deleting due to NoExecute taint'",
+    # a Lustre client's kernel line is no exception of the job; a soft quota's warning let the write through
+    "LustreError: 167-0: fs-MDT0000-mdc-ffff: This client was evicted by fs-MDT0000; in progress operations using this "
+    "service will fail.",
+    "sda1: warning, user block quota exceeded.",
 ])
 def test_teardown_notes_are_read_by_no_permanent_rule(line: str) -> None:
     assert [r.reason for r in builtin_rules().match(line) if r.permanent] == []
