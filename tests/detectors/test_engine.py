@@ -800,6 +800,32 @@ PHRASINGS = {
     "host:1:1 [0] NCCL WARN Error while creating shared memory segment /dev/shm/nccl-XXXXXX (size 9637888), error: Too "
     "many open files (24)": "TooManyOpenFiles",
     "OSError: [Errno 24] Too many open files: '/data/shard_001.bin'": "TooManyOpenFiles",
+    # the frameworks' own words (vLLM's gpu_worker.py / executor_base.py, DeepSpeed FastGen's kv_cache.py,
+    # Megatron-Core's rerun_state_machine.py and checkpointing.py)
+    "ValueError: Free memory on device cuda:0 (7.34/79.19 GiB) on startup is less than desired GPU memory utilization "
+    "(0.9, 71.27 GiB).": "KvCacheNoMemory",
+    "ValueError: Insufficient memory to allocate KV-caches. Required: 2097152, Available: 1048576": "KvCacheNoMemory",
+    "INFO executor_base.py:110] # CUDA blocks: 0, # CPU blocks: 2048": "KvCacheNoMemory",
+    "Second rerun: unexpected result is not reproducible on a different GPU, therefore was likely incorrect (nan != "
+    "2.3104)": "SilentDataCorruptionDetected",
+    "Rank 3, node gpu-node-12, device 3, iteration #1201: Possible persistent error!!": "SilentDataCorruptionDetected",
+    ">> '--exit-on-missing-checkpoint' is set but no checkpoint was found under load directory '/ckpt/gpt'.": (
+        "GenericLaunchMistake"
+    ),
+    # the kernel's and systemd's own words (mm/oom_kill.c, memcontrol.c, panic.c, mce, GHES, bonding, pcie/err.c)
+    "[ 1234.5678] Tasks state (memory values in pages):": "KernelOomKiller",
+    "[ 1234.5678] memory: usage 104857600kB, limit 104857600kB, failcnt 1234": "KernelOomKiller",
+    "[ 1234.5678] Out of Memory: Kill process 48213 (python) score 1234567 and children.": "KernelOomKiller",
+    "Nov 30 10:00:00 gpu-7 systemd[1]: Reached target System Shutdown.": "HostWentDown",
+    "Nov 30 10:00:00 gpu-7 systemd-shutdown[1]: Sending SIGTERM to remaining processes...": "HostWentDown",
+    "[ 1234.5678] reboot: Restarting system": "HostWentDown",
+    "[ 1234.5678] mce: [Hardware Error]: Machine check: Processor context corrupt": "HostWentDown",
+    "[ 1234.5678] bond0: now running without any active interface!": "HostWentDown",
+    "Nov 30 10:00:00 gpu-7 systemd-networkd[1021]: ibp94s0: Lost carrier": "InfinibandPortDown",
+    "[ 1234.5678] nvidia 0000:3b:00.0: AER: can't recover (no error_detected callback)": "PcieUncorrectedError",
+    "[ 1234.5678] pcieport 0000:00:03.0: AER: Uncorrectable (Fatal) error received: 0000:3b:00.0": (
+        "PcieUncorrectedError"
+    ),
 }
 
 

@@ -299,6 +299,14 @@ HEALTHY = [
     "state INIT, next state RTR, retrying 1/5 after 100 msec of sleep",
     "host:48213:48213 [0] NCCL INFO mkstemp: Failed to create /dev/shm/nccl-a1B2c3, error: Interrupted "
     "system call (4) - retrying",
+    # the frameworks' advice and request scheduling
+    "INFO model_runner.py:1028] CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of "
+    "memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.",
+    "WARNING scheduler.py:1057 Sequence group 0 is preempted by PreemptionMode.RECOMPUTE mode because there is not "
+    "enough KV cache space.",
+    # suspend and resume, and a counter at zero
+    "[ 1234.5678] OOM killer enabled.",
+    "oom_kill 0",
     "INFO node 3 marked healthy",
     # a node that could not start is a launch failure, not a loss; a host's memory is not the host
     "autoscaler: Node i-0123abcd has failed to start; retrying in 30 s",
@@ -450,3 +458,9 @@ def test_a_traceback_without_its_exception_line_is_read_only_where_nothing_else_
     saved = verdict("Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
                     "RuntimeError: File ckpt/checkpoint_0.pt cannot be opened.")
     assert saved["category"] == "disk_full", saved
+
+
+def test_an_exception_raised_for_another_ranks_error_is_no_hang() -> None:
+    # Lightning raises it from the handler of that rank's own exception: the traceback after it is the cause
+    line = "lightning.pytorch.utilities.exceptions.DeadlockDetectedException: DeadLock detected from rank: 1"
+    assert [r.reason for r in RULES.match(line) if r.category.value == "nccl_hang"] == []
