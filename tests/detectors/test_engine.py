@@ -826,6 +826,43 @@ PHRASINGS = {
     "[ 1234.5678] pcieport 0000:00:03.0: AER: Uncorrectable (Fatal) error received: 0000:3b:00.0": (
         "PcieUncorrectedError"
     ),
+    # the other stacks' own words (XLA / TensorFlow, ROCm's runtime and amdgpu, torch_npu and CANN, Habana's driver,
+    # the Neuron runtime, Intel's XCCL and oneCCL, libtpu)
+    "ValueError: RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 8.00M. That was not "
+    "possible. There are 6.32M free.": "TensorFlowXlaOutOfMemory",
+    "ValueError: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 20.5G of 15.48G hbm.": (
+        "TensorFlowXlaOutOfMemory"
+    ),
+    "Internal: Failed copying input tensor from /job:localhost/replica:0/task:0/device:CPU:0 to "
+    "/job:localhost/replica:0/task:0/device:GPU:0 in order to run _EagerConst: Dst tensor is not initialized.": (
+        "TensorFlowXlaOutOfMemory"
+    ),
+    "OOM when allocating tensor with shape[1024,1024] and type float on /job:localhost/replica:0/task:0/device:CPU:0 "
+    "by allocator cpu": "TensorFlowHostOutOfMemory",
+    "Memory access fault by GPU node-2 (Agent handle: 0x55d0) on address 0x7f95. Reason: DRAM ECC failure.": (
+        "AcceleratorHardwareFault"
+    ),
+    "[ 1234.5678] amdgpu 0000:c3:00.0: amdgpu: 2 uncorrectable hardware errors detected in umc block": (
+        "AcceleratorHardwareFault"
+    ),
+    "RuntimeError: NPU function error: HBM MULTI BIT ECC ERROR, error code is 507054": "AcceleratorHardwareFault",
+    "habanalabs hl0: Device heartbeat failed! PCI link is healthy": "AcceleratorHardwareFault",
+    "Uncorrectable HBM memory error is detected. Execution results may be invalid.": "AcceleratorHardwareFault",
+    "[ 1234.5678] amdgpu 0000:c3:00.0: amdgpu: ring gfx_0.0.0 timeout, signaled seq=123, emitted seq=125": (
+        "GenericGpuFault"
+    ),
+    "RuntimeError: Allocation failed : Device memory : required :4294967296 | free :1073741824": (
+        "GenericDeviceOutOfMemory"
+    ),
+    "E39999: aclrtMalloc failed, error code is 207001": "GenericDeviceOutOfMemory",
+    "2024-Jun-11 03:14:07.123 TDRV:log_dev_mem Failed to allocate 4.000GB (usage: tensors) on ND 0:NC 4": (
+        "GenericDeviceOutOfMemory"
+    ),
+    "RuntimeError: HIP error: hipErrorNoBinaryForGpu: Unable to find code object for all current devices!": (
+        "GenericCudaUsageError"
+    ),
+    "torch.distributed.DistBackendError: Work timed out after 1800123 milliseconds.": "NcclWatchdogTimeout",
+    "|CCL_ERROR| KVS get error: timeout limit: 121 > 120, prefix: CCL_POD_ADDR0, key 0": "DistributedStoreTimeout",
 }
 
 

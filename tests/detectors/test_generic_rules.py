@@ -306,6 +306,9 @@ HEALTHY = [
     "enough KV cache space.",
     # suspend and resume, and a counter at zero
     "[ 1234.5678] OOM killer enabled.",
+    # XLA's autotuner falls back to a default algorithm when a faster one's workspace does not fit
+    "W external/xla/xla/service/gpu/conv_algorithm_picker.cc:800] Failed to determine best cudnn convolution "
+    "algorithm: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB.",
     "oom_kill 0",
     "INFO node 3 marked healthy",
     # a node that could not start is a launch failure, not a loss; a host's memory is not the host
