@@ -863,6 +863,22 @@ PHRASINGS = {
     ),
     "torch.distributed.DistBackendError: Work timed out after 1800123 milliseconds.": "NcclWatchdogTimeout",
     "|CCL_ERROR| KVS get error: timeout limit: 121 > 120, prefix: CCL_POD_ADDR0, key 0": "DistributedStoreTimeout",
+    # host-memory allocators (PyTorch's CPU allocator, NumPy, Arrow's memory_pool.cc, Rust's std alloc, CPython's
+    # errors.c, ENOMEM), a DataLoader's fd sharing, the datasets library's disk check
+    "RuntimeError: [enforce fail at alloc_cpu.cpp:83] data. DefaultCPUAllocator: not enough memory: you tried to "
+    "allocate 34359738368 bytes.": "HostAllocatorFailed",
+    "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 12.0 GiB for an array with shape (40000, 40000)": (
+        "HostAllocatorFailed"
+    ),
+    "pyarrow.lib.ArrowMemoryError: Out of memory: realloc of size 4294967296 failed": "HostAllocatorFailed",
+    "memory allocation of 34359738368 bytes failed": "HostAllocatorFailed",
+    "Fatal Python error: Cannot recover from MemoryErrors while normalizing exceptions.": "HostAllocatorFailed",
+    "OSError: [Errno 12] Cannot allocate memory": "HostAllocatorFailed",
+    "Error: fork/exec /usr/bin/python3: cannot allocate memory": "GenericHostOutOfMemory",
+    "RuntimeError: received 0 items of ancdata": "TooManyOpenFiles",
+    "OSError: Not enough disk space. Needed: 120.00 GiB (download: 50.00 GiB, generated: 70.00 GiB)": (
+        "NoSpaceLeftOnDevice"
+    ),
 }
 
 
@@ -1275,6 +1291,11 @@ def test_colours_and_json_around_lines_are_read_through_by_both_scans(block: int
     # NCCL retrying a verbs call, at INFO
     "host:48213:48213 [0] NCCL INFO Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, "
     "retrying 1/5 after 100 msec of sleep",
+    # torch.multiprocessing.spawn's teardown of the others after one failed; a finaliser at exit; Python's resource
+    # tracker restarting on the same (live) host
+    "Unable to shutdown process 48213 via SIGTERM , forcefully exiting via SIGKILL",
+    "AssertionError: can only test a child process",
+    "UserWarning: resource_tracker: process died unexpectedly, relaunching.  Some resources might leak.",
     # a device taint (DRA) deletes a pod for a device, not for its node
     "    message: 'Device Taint manager: deleting due to NoExecute taint'",
     # a Lustre client's kernel line is no exception of the job; a soft quota's warning let the write through

@@ -29,8 +29,7 @@ def verdict(*lines: str) -> dict:
 # Lines each generic category must read, in words no signature knows (a cloud's, a launcher's, an old version's).
 SHAPES = [
     ("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 2.1GiB on device", "gpu_oom"),
-    ("RuntimeError: [enforce fail at alloc_cpu.cpp:114] DefaultCPUAllocator: not enough memory: you tried to "
-     "allocate 4194304 bytes.", "host_oom"),
+    ("RuntimeError: system memory exhausted while loading shard 3 of the dataset", "host_oom"),
     ("pod/trainer-worker-3 terminated: reason OOMKilled, exit code 137", "host_oom"),
     ("ERROR worker node 10.0.3.7 went offline during step 1200", "node_lost"),
     ("Failed to connect to GCS at address 10.0.0.1:6379 within 60 seconds.", "node_lost"),
