@@ -1296,6 +1296,40 @@ def test_colours_and_json_around_lines_are_read_through_by_both_scans(block: int
     "Unable to shutdown process 48213 via SIGTERM , forcefully exiting via SIGKILL",
     "AssertionError: can only test a child process",
     "UserWarning: resource_tracker: process died unexpectedly, relaunching.  Some resources might leak.",
+    # what healthy nodes, pods and runs print, read by no rule (nvidia-smi, Slurm <= 17.02, the fabric manager, docker,
+    # SkyPilot, a termination handler, Ray's metrics exporter, kubectl describe, the kubelet, NFS, c10d, vLLM)
+    "NVML: Unable to retrieve NVLink information as all links are inActive",
+    "slurmstepd: error: Exceeded job memory limit at some point.",
+    "Double Bit ECC                    : N/A",
+    "Double Bit ECC : 0",
+    "[    4.123] NVRM: GPU 0000:07:00.0: Failed to enable MSI; falling back to PCIe virtual-wire "
+    "interrupts.",
+    "[ERROR] [tid 1234] request to query NVSwitch device information from NVSwitch driver failed with "
+    "error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]",
+    "Nov 30 nvidia-fabricmanager: fabric manager failed with error:WARNING Nothing to do "
+    "[NV_WARN_NOTHING_TO_DO]",
+    "\"OOMKilled\": false,",
+    "Launching a spot job that does not automatically recover from preemptions. To get automatic "
+    "recovery, use managed job instead: sky jobs launch.",
+    "enable-spot-interruption-draining: true,",
+    "[2024-06-11 03:14:07,123 W 123 456] metric_exporter.cc:105: [1] Export metrics to agent failed: "
+    "RpcError: RPC Error message: failed to connect to all addresses; RPC Error code: 14. This won't "
+    "affect Ray, but you can lose metrics from the cluster.",
+    "DiskPressure     False   Mon, 11 Jun 2024 03:14:07 +0000   KubeletHasNoDiskPressure     kubelet has "
+    "no disk pressure",
+    "Conditions:   OutOfDisk        False   Mon, 11 Jun 2024 03:14:07 +0000   KubeletHasSufficientDisk   "
+    "  kubelet has sufficient disk space available",
+    "Tolerations:     node.kubernetes.io/not-ready:NoExecute op=Exists for 300s",
+    "Warning  FailedScheduling  5s  default-scheduler  0/4 nodes are available: 1 node(s) had "
+    "untolerated taint {node.kubernetes.io/not-ready: }, 3 Insufficient nvidia.com/gpu.",
+    "I0611 03:14:07.123 nodeshutdown_manager_linux.go:137] \"Creating node shutdown manager\" "
+    "shutdownGracePeriodRequested=\"0s\"",
+    "[12345.678] nfs: server nfs01 not responding, still trying",
+    "[W socket.cpp:663] [c10d] The client socket has failed to connect to [node-1]:29500 (errno: 111 - "
+    "Connection refused).",
+    "WARNING 06-11 03:14:07 utils.py:1234] Found ulimit of 2048 and failed to automatically increase "
+    "with error current limit exceeds maximum limit. This can cause fd limit errors like `OSError: "
+    "[Errno 24] Too many open files`. Consider increasing with ulimit -n",
     # a device taint (DRA) deletes a pod for a device, not for its node
     "    message: 'Device Taint manager: deleting due to NoExecute taint'",
     # a Lustre client's kernel line is no exception of the job; a soft quota's warning let the write through
@@ -1303,5 +1337,5 @@ def test_colours_and_json_around_lines_are_read_through_by_both_scans(block: int
     "service will fail.",
     "sda1: warning, user block quota exceeded.",
 ])
-def test_teardown_notes_are_read_by_no_permanent_rule(line: str) -> None:
+def test_teardown_and_healthy_notes_are_read_by_no_permanent_rule(line: str) -> None:
     assert [r.reason for r in builtin_rules().match(line) if r.permanent] == []
