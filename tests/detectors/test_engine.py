@@ -23,7 +23,7 @@ from detectors.engine import (
     builtin_rule_dir,
     load_rules,
 )
-from rca.analyze import iter_lines
+from rca.analyze import analyze_lines, iter_lines
 from tests.cost import GROWTH, assert_linear, shrunk
 
 
@@ -719,6 +719,9 @@ PHRASINGS = {
     ),
     # NVIDIA's own strings: NCCL's WARN lines (src/init.cc, bootstrap.cc), the CUDA driver API's names, NVML, the GSP
     # firmware, DCGM's health and diagnostic messages (dcgmlib/dcgm_errors.h)
+    "host:48213:48213 [0] bootstrap.cc:126 NCCL WARN Bootstrap : no socket interface found": (
+        "NcclNetworkInterfaceMissing"
+    ),
     "host:48213:48213 [0] init.cc:1043 NCCL WARN Mismatched NCCL version detected : rank 8 version 22105 rank 0 "
     "version 21903": "NcclConfigurationRejected",
     "host:48213:48213 [0] bootstrap.cc:348 NCCL WARN Bootstrap Root : rank 3 of 8 ranks has already checked in": (
@@ -1339,3 +1342,14 @@ def test_colours_and_json_around_lines_are_read_through_by_both_scans(block: int
 ])
 def test_teardown_and_healthy_notes_are_read_by_no_permanent_rule(line: str) -> None:
     assert [r.reason for r in builtin_rules().match(line) if r.permanent] == []
+
+
+def test_a_missing_interface_stays_a_communication_failure_when_nccl_then_says_invalid_usage() -> None:
+    # NCCL answers a wrong NCCL_SOCKET_IFNAME with invalid usage; the cases' threads settle it as nccl_error
+    lines = [
+        "host:1:1 [0] bootstrap.cc:126 NCCL WARN Bootstrap : no socket interface found",
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, invalid usage (run with "
+        "NCCL_DEBUG=WARN for details), NCCL version 2.21.5",
+    ]
+    assert analyze_lines("job.log", lines, builtin_rules())["category"] == "nccl_error"
+    assert analyze_lines("job.log", lines[1:], builtin_rules())["category"] == "user_error"

@@ -83,7 +83,7 @@ SHAPES = [
      "will go unhealthy.", "gpu_hardware"),
     ("[node-3:1    :0:381] Caught signal 7 (Bus error: nonexistent physical address)", "disk_full"),
     # NCCL's WARN texts for connections it could not set up (from NCCL's sources)
-    ("gpu-1:1234:1234 [0] bootstrap.cc:99 NCCL WARN Bootstrap : no socket interface found", "nccl_error"),
+    ("gpu-1:1234:1234 [0] bootstrap.cc:99 NCCL WARN Bootstrap : failed to open the listening socket", "nccl_error"),
     ("gpu-1:1234:1250 [3] transport.cc:52 NCCL WARN Rank 3 has no transport for connecting peer 5 on channel 0/2",
      "nccl_error"),
     # Ray's system exceptions for objects whose owner or holder is gone: not the job's own error
