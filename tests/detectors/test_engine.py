@@ -800,7 +800,7 @@ PHRASINGS = {
     "EXT4-fs (dm-0): Delayed block allocation failed for inode 393228 at logical offset 2048 with max blocks 2048 with "
     "error 28": "NoSpaceLeftOnDevice",
     "sda1: write failed, user block limit reached.": "DiskQuotaExceeded",
-    "host:1:1 [0] NCCL WARN Error while creating shared memory segment /dev/shm/nccl-XXXXXX (size 9637888), error: Too "
+    "host:1:1 [0] NCCL WARN Error while creating shared memory segment /dev/shm/nccl-Wq3Kz7 (size 9637888), error: Too "
     "many open files (24)": "TooManyOpenFiles",
     "OSError: [Errno 24] Too many open files: '/data/shard_001.bin'": "TooManyOpenFiles",
     # the frameworks' own words (vLLM's gpu_worker.py / executor_base.py, DeepSpeed FastGen's kv_cache.py,
