@@ -318,6 +318,9 @@ def grep_count(pattern_file: Path, path: Path, locale: str = "C") -> int:
 def translate(rules: RuleSet) -> tuple[list[str], list[tuple[str, str]]]:
     patterns, skipped = [], []
     for rule in rules:
+        if rule.unless is not None:  # grep -E cannot say "this, unless the line also says that"
+            skipped.append((rule.reason, "has `unless`, which one grep -E pattern cannot express"))
+            continue
         try:
             ere = to_ere(rule.pattern)
         except Untranslatable as exc:

@@ -3,8 +3,9 @@
 A rule file is YAML in the node-problem-detector style: a file-level `source` (the log stream the rules
 read: job-logs, raylet, gcs, ... or a list of them) and a `rules:` list. Every pattern is compiled at
 load, so a bad rule stops Argus at start with the file and line of the rule, never at 3 a.m. on the
-first matching line. A rule reads a line as its program wrote it (`rule_text`: past colours, a log store's JSON
-and a launcher's head such as "[rank3]:", core.line_shapes); a match keeps the line as written.
+first matching line. A rule's `unless` (a regex) keeps it off a line that also says that, wherever on the
+line ("retrying", "not a failure"). A rule reads a line as its program wrote it (`rule_text`: past colours, a log
+store's JSON and a launcher's head such as "[rank3]:", core.line_shapes); a match keeps the line as written.
 
 One module past 400 lines on purpose: the rule type, its loader, the matcher with its literal gate and the
 root-cause order (signatures, then generic rules, then warnings) are one contract that every reader of rules
@@ -42,7 +43,7 @@ ANY_SOURCE = "*"
 
 _FILE_KEYS = {"source", "rules"}
 _REQUIRED_RULE_KEYS = ("reason", "category", "type", "pattern")
-_OPTIONAL_RULE_KEYS = ("severity", "confidence", "action", "priority", "description", "source", "tier")
+_OPTIONAL_RULE_KEYS = ("severity", "confidence", "action", "priority", "description", "source", "tier", "unless")
 DEFAULT_PRIORITY = 50
 
 
@@ -89,6 +90,15 @@ class LogRule:
     file: Path | None = None
     line: int | None = None
     tier: RuleTier = RuleTier.SIGNATURE
+    # `unless`: a line this also matches is not the rule's ("retrying", "not a failure", a [W ...] warning's head),
+    # wherever on the line it stands. Kept apart from the pattern so the pattern says what the rule reads.
+    unless: str | None = None
+    unless_regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+
+    def finds(self, read: str) -> bool:
+        """Whether the rule reads this line (`rule_text` of it): the pattern is found and `unless` is not."""
+        return self.regex.search(read) is not None and (
+            self.unless_regex is None or self.unless_regex.search(read) is None)
 
     @property
     def permanent(self) -> bool:
@@ -199,8 +209,8 @@ class RuleSet:
         read = rule_text(text)
         gate = self._line_gate
         if gate.ungated or not gate.gated:
-            return [rule for rule in self.rules if rule.regex.search(read)]
-        return [rule for rule in self._candidates(gate, read) if rule.regex.search(read)]
+            return [rule for rule in self.rules if rule.finds(read)]
+        return [rule for rule in self._candidates(gate, read) if rule.finds(read)]
 
     def block_gate(self, sample: bytes = b"", *, kind: str | None = None, native: bool = True) -> LiteralGate:
         """The gate `scan_stream` puts in front of the rules, for a caller that scans bytes blocks itself (a node
@@ -325,7 +335,7 @@ def rule_text(line: str) -> str:
 def _found(rules: Iterable[LogRule], text: str) -> list[LogRule]:
     """The rules found in a line as written (clipped)."""
     read = rule_text(text)
-    return [rule for rule in rules if rule.regex.search(read)]
+    return [rule for rule in rules if rule.finds(read)]
 
 
 def builtin_rule_dir() -> Path:
@@ -366,21 +376,9 @@ def _build_rule(path: Path, node: yaml.Node, item: Any, file_sources: tuple[str,
     category = rule.choice("category", Category)
     rtype = rule.choice("type", RuleType)
     pattern = item["pattern"]
-    if not isinstance(pattern, str):
-        raise fail("pattern", "pattern must be a string", "quote it with single quotes")
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        raise fail("pattern", f"bad regex: {exc}", "fix the pattern; it is a Python `re` expression") from exc
-    if regex.search("") is not None:
-        raise fail("pattern", "pattern matches the empty string, so it would match every line", "make it specific")
-    if nested_unbounded_repeat(pattern):
-        raise fail(
-            "pattern",
-            "pattern nests unbounded repeats (a repeat inside a repeat), which can take exponential time on "
-            "hostile lines",
-            "bound the inner repeat, e.g. [^ ]{1,64}, or drop the outer one",
-        )
+    regex = _compile(rule, "pattern", pattern, "it would match every line")
+    unless = item.get("unless")
+    unless_regex = None if unless is None else _compile(rule, "unless", unless, "no line would be read")
 
     severity = Severity.CRITICAL if rtype is RuleType.PERMANENT else Severity.WARNING
     if item.get("severity") is not None:
@@ -405,10 +403,33 @@ def _build_rule(path: Path, node: yaml.Node, item: Any, file_sources: tuple[str,
         action=action.strip() if action else None,
         priority=priority,
         tier=tier,
+        unless=unless,
+        unless_regex=unless_regex,
         description=description.strip() if description else None,
         file=path,
         line=rule.line,
     )
+
+
+def _compile(rule: RuleItem, key: str, value: Any, if_empty: str) -> re.Pattern[str]:
+    """A rule's regex (`pattern` or `unless`), refused at load when it is no string, no regex, matches the empty
+    string or nests unbounded repeats."""
+    if not isinstance(value, str):
+        raise rule.fail(key, f"{key} must be a string", "quote it with single quotes")
+    try:
+        regex = re.compile(value)
+    except re.error as exc:
+        raise rule.fail(key, f"bad regex: {exc}", f"fix the {key}; it is a Python `re` expression") from exc
+    if regex.search("") is not None:
+        raise rule.fail(key, f"{key} matches the empty string, so {if_empty}", "make it specific")
+    if nested_unbounded_repeat(value):
+        raise rule.fail(
+            key,
+            f"{key} nests unbounded repeats (a repeat inside a repeat), which can take exponential time on "
+            "hostile lines",
+            "bound the inner repeat, e.g. [^ ]{1,64}, or drop the outer one",
+        )
+    return regex
 
 
 def _sources(path: Path, line: int, value: Any) -> tuple[str, ...]:

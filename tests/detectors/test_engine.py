@@ -239,6 +239,45 @@ def test_extra_rule_folder_is_loaded_and_a_missing_folder_is_an_error(tmp_path: 
             5,
             "key 'category' appears twice",
         ),
+        (
+            """\
+            source: job-logs
+            rules:
+              - reason: ExcludesEverything
+                category: node_lost
+                type: permanent
+                pattern: 'a'
+                unless: 'b?'
+            """,
+            7,
+            "unless matches the empty string, so no line would be read",
+        ),
+        (
+            """\
+            source: job-logs
+            rules:
+              - reason: BadUnless
+                category: node_lost
+                type: permanent
+                pattern: 'a'
+                unless: '(retry'
+            """,
+            7,
+            "bad regex",
+        ),
+        (
+            """\
+            source: job-logs
+            rules:
+              - reason: ListUnless
+                category: node_lost
+                type: permanent
+                pattern: 'a'
+                unless: [retry]
+            """,
+            7,
+            "unless must be a string",
+        ),
         ("- just\n- a list\n", 1, "must be a mapping"),
         ("", 1, "rule file is empty"),
         ("# only a comment\n", 1, "rule file is empty"),
@@ -361,6 +400,50 @@ def test_scan_numbers_lines_and_labels_source(tmp_path: Path) -> None:
         ("SecondRule", 13, "job.log"),
     ]
     assert next(iter(rules.scan(["node abc died\r\n"], "s"))).text == "node abc died"
+
+
+UNLESS = """\
+source: x
+rules:
+  - reason: LinkDown
+    category: nccl_error
+    type: permanent
+    pattern: 'link \\w+ down'
+    unless: '\\bretrying\\b|^\\[W '
+  - reason: LinkDownAtEnd
+    category: nccl_hang
+    type: permanent
+    tier: ending
+    pattern: 'link \\w+ down'
+    unless: '\\bretrying\\b'
+"""
+
+
+def test_unless_keeps_a_rule_off_the_lines_it_names_wherever_they_say_it(tmp_path: Path) -> None:
+    rules = RuleSet.load([write(tmp_path, UNLESS)])
+    far = "link ib0 down" + " x" * 2000 + " retrying"  # well past any lookahead's reach
+    assert [r.reason for r in rules.match("link ib0 down")] == ["LinkDown"]
+    assert rules.match("retrying: link ib0 down") == rules.match(far) == []
+    assert rules.match("[W socket.cpp:1] link ib0 down") == []  # `^` is the program's line start, past a head
+    assert rules.match("[rank3]:[W socket.cpp:1] link ib0 down") == []
+    assert [r.reason for r in rules.match("[rank3]: link ib0 down")] == ["LinkDown"]
+    lines = ["link ib0 down", "link ib1 down, retrying", "ok"]
+    assert [(m.rule.reason, m.line_no) for m in rules.scan(lines, "x.log")] == [("LinkDown", 1)]
+    raw = "\n".join(lines).encode()
+    for block in (1, 8, 1 << 20):
+        fast, slow, _ = scan_both(rules, raw, block)
+        assert fast == slow and [(reason, line) for reason, line, *_ in fast] == [("LinkDown", 1)]
+    assert [m.rule.reason for m in rules.ending((3, "link ib0 down"), "x.log")] == ["LinkDownAtEnd"]
+    assert rules.ending((3, "link ib0 down, retrying"), "x.log") == []
+    loaded = rules.get("LinkDown")
+    assert loaded is not None and loaded.unless == "\\bretrying\\b|^\\[W "
+
+
+def test_builtin_rules_say_a_whole_line_exclusion_with_unless() -> None:
+    # "^(?![^\n]{0,600}?retrying)[^\n]*?(?:...)" reads only as far as its bound and buries what the rule reads;
+    # `unless:` says it once, for the whole line.
+    idiom = [r.reason for r in builtin_rules() if r.pattern.startswith("^(?!")]
+    assert idiom == []
 
 
 def test_for_source_keeps_rules_of_that_stream(tmp_path: Path) -> None:

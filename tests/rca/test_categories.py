@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from core.types import Category
-from detectors.engine import RuleSet, load_rules
+from detectors.engine import RuleSet, load_rules, rule_text
 from rca.analyze import analyze_lines, analyze_stream, iter_lines
 from rca.classify import clip_text
 
@@ -63,7 +63,7 @@ def test_fixture_verdict(name: str, rules: RuleSet) -> None:
     assert first["line"] == want["line"]
     text = path.read_text(encoding="utf-8").splitlines()[want["line"] - 1]
     assert first["text"] == clip_text(text)
-    assert rule.regex.search(text)
+    assert rule.finds(rule_text(text))
     assert rule.description in result["summary"]
     assert result["recommended_action"] == rule.action
     assert 0.2 < result["confidence"] <= 0.99
