@@ -907,6 +907,12 @@ PHRASINGS = {
     "[ 1234.5678] reboot: Restarting system": "HostWentDown",
     "[ 1234.5678] mce: [Hardware Error]: Machine check: Processor context corrupt": "HostWentDown",
     "[ 1234.5678] bond0: now running without any active interface!": "HostWentDown",
+    # a TensorFlow / JAX job's remote task gone (TensorFlow's ClusterCoordinator reads these as the task's failure)
+    "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed": "RemoteTaskUnreachable",
+    "tensorflow.python.framework.errors_impl.UnavailableError: From /job:worker/replica:0/task:3:": (
+        "RemoteTaskUnreachable"
+    ),
+    "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: Stream removed": "RemoteTaskUnreachable",
     "Nov 30 10:00:00 gpu-7 systemd-networkd[1021]: ibp94s0: Lost carrier": "InfinibandPortDown",
     "[ 1234.5678] nvidia 0000:3b:00.0: AER: can't recover (no error_detected callback)": "PcieUncorrectedError",
     "[ 1234.5678] pcieport 0000:00:03.0: AER: Uncorrectable (Fatal) error received: 0000:3b:00.0": (
@@ -994,6 +1000,10 @@ def test_only_a_hangup_is_read_as_the_launching_terminal_closing(line: str) -> N
 
 # Lines that look close to a fault but are not that fault.
 NOT_THIS = [
+    # a wrong address at start-up answers the same way; a client that retries has not lost its peer
+    ("tensorflow.python.framework.errors_impl.UnavailableError: failed to connect to all addresses",
+     Category.NODE_LOST),
+    ("W grpc_client.cc:88] UNAVAILABLE: Socket closed, retrying in 2 s", Category.NODE_LOST),
     (
         "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600013 "
         "milliseconds before timing out.",
