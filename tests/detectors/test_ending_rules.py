@@ -117,3 +117,23 @@ def test_the_ending_tier_is_kept_apart_and_carried_by_the_rule_sets_views(tmp_pa
     assert rules.ending(None, "x") == []
     with pytest.raises(RuleError, match="duplicate rule reason 'EndsWaiting'"):
         RuleSet([*rules.endings, *rules.endings])
+
+
+# NCCL's own INFO line while a peer refuses its connect (misc/socket.cc prints it every 1000th try), as a failed
+# job's log ends on it (tests/rca_cases/432_* ends the same way) and as a job that got through prints it mid-log.
+RETRY = "node-3:4024:4055 [0] NCCL INFO Call to connect returned Connection refused, retrying"
+SETUP = [
+    "node-3:4024:4024 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.3<0>",
+    "node-3:4024:4024 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.3<0>",
+]
+
+
+def test_a_log_that_ends_retrying_a_refused_connect_is_a_communication_failure() -> None:
+    result = analyzed([*SETUP, RETRY, RETRY])
+    assert result["category"] == "nccl_error" and result["confidence"] <= GENERIC_CAP
+    assert result["evidence"][0] == {"line": 4, "text": RETRY}
+
+
+def test_a_connect_retried_and_then_made_is_no_failure() -> None:
+    assert analyzed([*SETUP, RETRY, "node-3:4024:4055 [0] NCCL INFO Connected all rings", "step 1 loss 2.3"])[
+        "category"] == "unknown"

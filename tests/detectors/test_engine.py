@@ -571,6 +571,10 @@ PHRASINGS = {
     "[PG ID 0 PG GUID 0 Rank 3] Process group watchdog thread terminated with exception: NCCL error: remote process "
     "exited or there was a network error": "ProcessGroupWatchdogException",
     "misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer host<1>": "NcclSocketClosedByPeer",
+    "misc/socket.cc:484 NCCL WARN socketStartConnect: exceeded retries (20000)": "NcclConnectFailed",
+    "node-3:4024:4055 [0] NCCL WARN Connect to 10.0.0.1<45678> failed : No route to host": "NcclConnectFailed",
+    "node-3:4024:4055 [0] misc/socket.cc:568 NCCL WARN socketPollConnect: Connect to 10.0.0.1<45678> returned "
+    "111(Connection refused) errno 115(Operation now in progress)": "NcclConnectFailed",
     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.3]:41393": (
         "CollectiveConnectionReset"
     ),
