@@ -917,6 +917,16 @@ PHRASINGS = {
         "RemoteTaskUnreachable"
     ),
     "jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: Stream removed": "RemoteTaskUnreachable",
+    "E0926 17:26:32.000000  157988 coordination_service.cc:1100] Use error polling to propagate the following error "
+    "to all tasks: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):": (
+        "RemoteTaskUnreachable"
+    ),
+    "jaxlib._jax.XlaRuntimeError: FAILED_PRECONDITION: Task with incarnation id 3446767950926952 is not connected": (
+        "RemoteTaskUnreachable"
+    ),
+    "nvidia-container-cli: initialization error: nvml error: driver/library version mismatch: unknown.": (
+        "DriverLibraryVersionMismatch"
+    ),
     "Nov 30 10:00:00 gpu-7 systemd-networkd[1021]: ibp94s0: Lost carrier": "InfinibandPortDown",
     "[ 1234.5678] nvidia 0000:3b:00.0: AER: can't recover (no error_detected callback)": "PcieUncorrectedError",
     "[ 1234.5678] pcieport 0000:00:03.0: AER: Uncorrectable (Fatal) error received: 0000:3b:00.0": (

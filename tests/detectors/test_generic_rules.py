@@ -225,6 +225,43 @@ SHAPES = [
     ("NET/OFI Request 0x7f completed with error. RC: 5. Error: 5 (Input/output error). Completed length: 0",
      "nccl_error"),
     ("[1699999999.123] [node1:1234:0] ib_iface.c:746 UCX ERROR ibv_create_cq(cqe=4096) failed", "nccl_error"),
+    # the container's path to the GPUs set up wrong (NVIDIA Container Toolkit, docker, runc, CDI)
+    ("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your driver to a newer "
+     "version, or use an earlier cuda container: unknown.", "user_error"),
+    ("nvidia-container-cli: device error: 3: unknown device: unknown.", "user_error"),
+    ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].', "user_error"),
+    ("docker: Error response from daemon: unknown or invalid runtime name: nvidia.", "user_error"),
+    ("Error: failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+     'failed: unable to start container process: exec: "torchrun": executable file not found in $PATH: unknown',
+     "user_error"),
+    ("error modifying OCI spec: failed to inject CDI devices: unresolvable CDI devices nvidia.com/gpu=all: unknown.",
+     "user_error"),
+    ("E0312 10:00:00.000000       1 factory.go:99] Failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND.", "user_error"),
+    ("nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown.", "gpu_hardware"),
+    # XLA's runtime and TensorRT-LLM on a launch that does not fit them
+    ("F1002 10:00:00.000000  1234 client.h:80] Terminating process because the JAX distributed service detected "
+     "fatal errors. absl::Status: INVALID_ARGUMENT: Unexpected heartbeat request from task: "
+     "/job:jax_worker/replica:0/task:8. This usually implies a configuration error.", "user_error"),
+    ("[TensorRT-LLM][ERROR] Assertion failed: MPI size 4 != TP size 2 * PP size 1 * CP Size 1 "
+     "(/app/tensorrt_llm/cpp/tensorrt_llm/runtime/worldConfig.cpp:109)", "user_error"),
+    ("[TensorRT-LLM][ERROR] 6: The engine plan file is not compatible with this version of TensorRT, expecting library "
+     "version 10.3.0.26 got 10.1.0.27, please rebuild.", "user_error"),
+    ("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Getting local topologies failed: Error 1: GetKeyValue() timed "
+     "out with key: cuda:local_topology/cuda/1 and duration: 2m", "nccl_hang"),
+    ("RuntimeError: No executable batch size found, reached zero.", "gpu_oom"),
+    # gloo's and MPI's own words
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:314] Write timeout [10.1.2.3]:26754", "nccl_hang"),
+    ("RuntimeError: [/opt/pytorch/third_party/gloo/gloo/transport/ibverbs/buffer.cc:144] Send timeout [10.1.2.3]",
+     "nccl_hang"),
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:1046] Application timeout caused pair closure",
+     "nccl_hang"),
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:201] Socket unexpectedly closed [10.1.2.3]:26754",
+     "nccl_error"),
+    ("RuntimeError: [/opt/pytorch/third_party/gloo/gloo/transport/ibverbs/pair.cc:245] ibv_post_send: 12",
+     "nccl_error"),
+    ("RuntimeError: MPI_Allreduce failed, see MPI output for details.", "nccl_error"),
+    ("[TensorRT-LLM][ERROR] Failed: MPI error /app/tensorrt_llm/cpp/tensorrt_llm/common/mpiUtils.cpp:150 '15'",
+     "nccl_error"),
 ]
 
 
@@ -330,6 +367,20 @@ HEALTHY = [
     "W tensorflow/core/common_runtime/bfc_allocator.cc:237] Allocator (GPU_0_bfc) ran out of memory trying to allocate "
     "2.39GiB with freed_by_count=0. The caller indicates that this is not a failure, but may mean that there could be "
     "performance gains if more memory were available.",
+    # a connect gloo will try again; TensorRT's builder skipping a tactic; XLA looking for a preemption notice
+    "[../third_party/gloo/gloo/transport/tcp/debug_logger.cc:9] ERROR failed to connect, willRetry=1, retry=1, "
+    "retryLimit=3, rank=1, size=4, local=[10.1.2.4]:40112, remote=[10.1.2.3]:26754, error=SO_ERROR: Connection refused",
+    "[TRT] [W] Tactic Device request: 4096MB Available: 2048MB. Device memory is insufficient to use tactic.",
+    "I1002 10:00:00.000000  1234 preemption_sync_manager.cc:140] Cancelled call to retrieve preemption notice. This is "
+    "expected upon program shutdown.",
+    "W1002 10:00:00.000000  1234 preemption_sync_manager.cc:150] Failed to retrieve preemption notice, this is only "
+    "expected if one of the tasks is unhealthy. Check the logs for the actual root cause.",
+    # the kubelet's reasons, and the scheduler's report on the cluster's other nodes
+    'E0312 10:00:00.000000    1234 pod_workers.go:1298] "Error syncing pod, skipping" err="failed to '
+    '\\"CreatePodSandbox\\" for \\"trainer-0_default(abc)\\" with CreatePodSandboxError: \\"rpc error: code = '
+    'DeadlineExceeded desc = context deadline exceeded\\""',
+    "Warning  FailedScheduling  2m  default-scheduler  0/4 nodes are available: 1 node(s) had untolerated taint "
+    "{node.kubernetes.io/unreachable: }, 3 Insufficient nvidia.com/gpu.",
 ]
 
 
