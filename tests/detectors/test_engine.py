@@ -911,6 +911,9 @@ PHRASINGS = {
     "[ 1234.5678] reboot: Restarting system": "HostWentDown",
     "[ 1234.5678] mce: [Hardware Error]: Machine check: Processor context corrupt": "HostWentDown",
     "[ 1234.5678] bond0: now running without any active interface!": "HostWentDown",
+    "=>> PBS: job killed: mem 33554432kb exceeded limit 33554432kb": "SchedulerMemoryLimitKill",
+    "PBS: job killed: vmem 68719476736b exceeded limit 68719476736b": "SchedulerMemoryLimitKill",
+    "TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.": "SchedulerMemoryLimitKill",
     # a TensorFlow / JAX job's remote task gone (TensorFlow's ClusterCoordinator reads these as the task's failure)
     "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed": "RemoteTaskUnreachable",
     "tensorflow.python.framework.errors_impl.UnavailableError: From /job:worker/replica:0/task:3:": (

@@ -262,6 +262,18 @@ SHAPES = [
     ("RuntimeError: MPI_Allreduce failed, see MPI output for details.", "nccl_error"),
     ("[TensorRT-LLM][ERROR] Failed: MPI error /app/tensorrt_llm/cpp/tensorrt_llm/common/mpiUtils.cpp:150 '15'",
      "nccl_error"),
+    # the launchers' own record of a rank that failed, and of the signal that ended it
+    ("[2024-01-22 16:50:49,553] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
+     "'--local_rank=7'] exits with return code = 1", "user_error"),
+    ("[2024-01-22 16:50:49,553] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
+     "'--local_rank=7'] exits with return code = -11", "user_error"),
+    ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -6) local_rank: 0 (pid: 2019) of binary: "
+     "/usr/bin/python", "user_error"),
+    ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 2019) of binary: "
+     "/usr/bin/python", "user_error"),
+    ("Status for job 'raysubmit_abc123': FAILED", "user_error"),
+    ("Primary job  terminated normally, but 1 process returned a non-zero exit code. Per user-direction, the job has "
+     "been aborted.", "user_error"),
 ]
 
 
