@@ -272,6 +272,12 @@ SHAPES = [
     ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 2019) of binary: "
      "/usr/bin/python", "user_error"),
     ("Status for job 'raysubmit_abc123': FAILED", "user_error"),
+    # Ray Train counting its dead workers, Ray's object layer losing an object's every copy
+    ("RuntimeError: Training has failed after 4 attempts.", "node_lost"),
+    ("ray.exceptions.ObjectFetchTimedOutError: Failed to retrieve object 00ffffffffffffffffffffffff0100000001000000.",
+     "node_lost"),
+    ("ray.train.v2._internal.exceptions.WorkerHealthCheckTimeoutError: A worker health check has been hanging for "
+     "600.12 seconds. Marking the worker as dead.", "node_lost"),
     ("Primary job  terminated normally, but 1 process returned a non-zero exit code. Per user-direction, the job has "
      "been aborted.", "user_error"),
 ]
@@ -393,6 +399,9 @@ HEALTHY = [
     'DeadlineExceeded desc = context deadline exceeded\\""',
     "Warning  FailedScheduling  2m  default-scheduler  0/4 nodes are available: 1 node(s) had untolerated taint "
     "{node.kubernetes.io/unreachable: }, 3 Insufficient nvidia.com/gpu.",
+    # a request waiting for a place (unschedulable is read from Ray's state), not a failed launch
+    "(autoscaler +10s) Error: No available node types can fulfill resource request {'GPU': 8.0, 'CPU': 1.0}. Add "
+    "suitable node types to this cluster to resolve this issue.",
 ]
 
 
