@@ -914,6 +914,27 @@ PHRASINGS = {
     "=>> PBS: job killed: mem 33554432kb exceeded limit 33554432kb": "SchedulerMemoryLimitKill",
     "PBS: job killed: vmem 68719476736b exceeded limit 68719476736b": "SchedulerMemoryLimitKill",
     "TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.": "SchedulerMemoryLimitKill",
+    "=>> PBS: job killed: mem job total 67108864 kb exceeded limit 33554432 kb": "SchedulerMemoryLimitKill",
+    "TERM_SWAP: job killed after reaching LSF swap usage limit.": "SchedulerMemoryLimitKill",
+    "Cgroup mem limit exceeded: ": "SchedulerMemoryLimitKill",
+    "Error from slot1_3@node12: Job has gone over cgroup memory limit of 16384 megabytes.": "SchedulerMemoryLimitKill",
+    "Error from slot1_3@node12: Worker node is out of memory": "SchedulerMemoryLimitKill",
+    "OutOfMemoryError: Container killed due to memory usage": "SchedulerMemoryLimitKill",
+    "=>> PBS: job killed: cput job total 7300 secs exceeded limit 7200 secs": "JobTimeLimitReached",
+    "06/30/2024 10:00:00|execd|node1|W|job 123.1 exceeded hard wallclock time - initiate terminate method": (
+        "JobTimeLimitReached"
+    ),
+    'job 123 exceeds job hard limit "h_cpu" of queue "all.q@node1" (7201.00000 > limit:7200.00000) - sending SIGKILL': (
+        "JobTimeLimitReached"
+    ),
+    "The job exceeded allowed execute duration of 3+00:00:00": "JobTimeLimitReached",
+    "3.127s: job.exception f2Q5Wj8dXq type=timeout severity=0 resource allocation expired": "JobTimeLimitReached",
+    "Job requeued, execution node r1i0n3 down": "SchedulerRecordedNodeLoss",
+    "TERM_RC_RECLAIM: job killed and requeued by LSF due to execution host reclaim.": "SchedulerRecordedNodeLoss",
+    "Job disconnected too long: JobLeaseDuration (2400 seconds) expired": "SchedulerRecordedNodeLoss",
+    "Job has exceeded allocated disk (20.0 GB). Consider increasing the value of request_disk.": "DiskQuotaExceeded",
+    "torch.OutOfMemoryError: out of resource: triton_tem_fused_0 Required: 147456 Hardware limit:101376 Reducing "
+    "block sizes or `num_stages` may help.": "KernelExceedsHardwareLimit",
     # a TensorFlow / JAX job's remote task gone (TensorFlow's ClusterCoordinator reads these as the task's failure)
     "tensorflow.python.framework.errors_impl.UnavailableError: Socket closed": "RemoteTaskUnreachable",
     "tensorflow.python.framework.errors_impl.UnavailableError: From /job:worker/replica:0/task:3:": (
@@ -1017,6 +1038,8 @@ def test_only_a_hangup_is_read_as_the_launching_terminal_closing(line: str) -> N
 
 # Lines that look close to a fault but are not that fault.
 NOT_THIS = [
+    # PyTorch's allocator refusing a size no GPU has is no GPU out of memory
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory.", Category.GPU_OOM),
     # a wrong address at start-up answers the same way; a client that retries has not lost its peer
     ("tensorflow.python.framework.errors_impl.UnavailableError: failed to connect to all addresses",
      Category.NODE_LOST),

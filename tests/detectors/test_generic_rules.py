@@ -249,6 +249,12 @@ SHAPES = [
     ("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: Getting local topologies failed: Error 1: GetKeyValue() timed "
      "out with key: cuda:local_topology/cuda/1 and duration: 2m", "nccl_hang"),
     ("RuntimeError: No executable batch size found, reached zero.", "gpu_oom"),
+    ('RuntimeError: NVML_SUCCESS == r INTERNAL ASSERT FAILED at "../c10/cuda/CUDACachingAllocator.cpp":838, please '
+     "report a bug to PyTorch.", "gpu_oom"),
+    ("torch._C._LinAlgError: linalg.cholesky: The factorization could not be completed because the input is not "
+     "positive-definite (the leading minor of order 3 is not positive-definite).", "user_error"),
+    ("TERM_CWD_NOTEXIST: Current working directory is not accessible or does not exist on the execution host.",
+     "user_error"),
     # gloo's and MPI's own words
     ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:314] Write timeout [10.1.2.3]:26754", "nccl_hang"),
     ("RuntimeError: [/opt/pytorch/third_party/gloo/gloo/transport/ibverbs/buffer.cc:144] Send timeout [10.1.2.3]",
@@ -399,6 +405,10 @@ HEALTHY = [
     'DeadlineExceeded desc = context deadline exceeded\\""',
     "Warning  FailedScheduling  2m  default-scheduler  0/4 nodes are available: 1 node(s) had untolerated taint "
     "{node.kubernetes.io/unreachable: }, 3 Insufficient nvidia.com/gpu.",
+    # huggingface_hub's check before a download only warns (and is wrong on some network filesystems)
+    "/usr/lib/python3/site-packages/huggingface_hub/file_download.py:752: UserWarning: Not enough free disk space to "
+    "download the file. The expected file size is: 0.05 MB. The target location /data/model-files only has 0.00 MB "
+    "free disk space.",
     # a request waiting for a place (unschedulable is read from Ray's state), not a failed launch
     "(autoscaler +10s) Error: No available node types can fulfill resource request {'GPU': 8.0, 'CPU': 1.0}. Add "
     "suitable node types to this cluster to resolve this issue.",
