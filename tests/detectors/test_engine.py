@@ -920,6 +920,9 @@ PHRASINGS = {
     "Error from slot1_3@node12: Job has gone over cgroup memory limit of 16384 megabytes.": "SchedulerMemoryLimitKill",
     "Error from slot1_3@node12: Worker node is out of memory": "SchedulerMemoryLimitKill",
     "OutOfMemoryError: Container killed due to memory usage": "SchedulerMemoryLimitKill",
+    "MemoryError: ResourceExhaustedError: Fail to alloc memory of 4294967296 size, error code is 12.": (
+        "HostAllocatorFailed"
+    ),
     "=>> PBS: job killed: cput job total 7300 secs exceeded limit 7200 secs": "JobTimeLimitReached",
     "06/30/2024 10:00:00|execd|node1|W|job 123.1 exceeded hard wallclock time - initiate terminate method": (
         "JobTimeLimitReached"

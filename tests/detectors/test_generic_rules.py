@@ -255,6 +255,13 @@ SHAPES = [
      "positive-definite (the leading minor of order 3 is not positive-definite).", "user_error"),
     ("TERM_CWD_NOTEXIST: Current working directory is not accessible or does not exist on the execution host.",
      "user_error"),
+    ("RuntimeError: Adjust layout failed! No enough CUDA memory! Need 4194304, freed 1048576", "gpu_oom"),
+    ("W0612 10:22:41.123456 48213 comm_task_manager.cc:145] Find timeout start but not finish task:group_key:group_0,"
+     "global_rank:0,local_rank:0,comm_count:1234,op:ALLREDUCE,started:1,completed:0,numel:4194304,nranks:8",
+     "nccl_hang"),
+    ("colossalai - colossalai - ERROR: Provided path (/ckpt/model.pt) should be a directory, not a file", "user_error"),
+    ("LAUNCH INFO 2024-06-12 10:22:41,123 ABORT!!! Out of all 8 trainers, the trainer process with rank=[2, 3] was "
+     "aborted. Please check its log.", "user_error"),
     # gloo's and MPI's own words
     ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:314] Write timeout [10.1.2.3]:26754", "nccl_hang"),
     ("RuntimeError: [/opt/pytorch/third_party/gloo/gloo/transport/ibverbs/buffer.cc:144] Send timeout [10.1.2.3]",
@@ -405,6 +412,11 @@ HEALTHY = [
     'DeadlineExceeded desc = context deadline exceeded\\""',
     "Warning  FailedScheduling  2m  default-scheduler  0/4 nodes are available: 1 node(s) had untolerated taint "
     "{node.kubernetes.io/unreachable: }, 3 Insufficient nvidia.com/gpu.",
+    # Composer's auto-microbatching caught the OOM and runs on; its launcher's teardown kill is its own
+    "/usr/lib/python3/site-packages/composer/trainer/trainer.py:366: RuntimeWarning: CUDA out of memory or excessive "
+    "memory allocation retries detected. Train microbatch size will be decreased from 16 -> 8.",
+    "WARNING:composer.cli.launcher:Failed to kill global rank 5 (PID 48215) with SIGTERM; terminating with SIGKILL "
+    "instead",
     # huggingface_hub's check before a download only warns (and is wrong on some network filesystems)
     "/usr/lib/python3/site-packages/huggingface_hub/file_download.py:752: UserWarning: Not enough free disk space to "
     "download the file. The expected file size is: 0.05 MB. The target location /data/model-files only has 0.00 MB "
