@@ -923,6 +923,7 @@ PHRASINGS = {
     "MemoryError: ResourceExhaustedError: Fail to alloc memory of 4294967296 size, error code is 12.": (
         "HostAllocatorFailed"
     ),
+    "ggml_aligned_malloc: insufficient memory (attempted to allocate 24576.00 MB)": "HostAllocatorFailed",
     "=>> PBS: job killed: cput job total 7300 secs exceeded limit 7200 secs": "JobTimeLimitReached",
     "06/30/2024 10:00:00|execd|node1|W|job 123.1 exceeded hard wallclock time - initiate terminate method": (
         "JobTimeLimitReached"

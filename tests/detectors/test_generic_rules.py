@@ -260,6 +260,32 @@ SHAPES = [
      "global_rank:0,local_rank:0,comm_count:1234,op:ALLREDUCE,started:1,completed:0,numel:4194304,nranks:8",
      "nccl_hang"),
     ("colossalai - colossalai - ERROR: Provided path (/ckpt/model.pt) should be a directory, not a file", "user_error"),
+    # serving engines' and llama.cpp's own memory words
+    ("Server error: Not enough memory to handle 16384 prefill tokens. You need to decrease "
+     "`--max-batch-prefill-tokens`", "gpu_oom"),
+    ("Error: Backend(NotEnoughMemory(8192))", "gpu_oom"),
+    ("RuntimeError: No enough gpu memory for kv cache.", "gpu_oom"),
+    ("[TM][ERROR] No enough blocks. Assertion fail: /lmdeploy/src/turbomind/models/llama/LlamaBatch.cc:508", "gpu_oom"),
+    ("ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 2147483648", "gpu_oom"),
+    ("nvshmem_src/host/mem/mem_heap.cpp:2266: nvshmem malloc failed (hint: check if total allocation has exceeded "
+     "NVSHMEM symmetric size = 1073741824)", "gpu_oom"),
+    ("2024-06-01T10:00:00.000000Z ERROR text_generation_launcher: text-generation-server not found in PATH",
+     "user_error"),
+    ('E0108 10:00:00.000000 1 model_lifecycle.cc:654] "failed to load \'resnet\' version 1: Not found: unable to load '
+     'shared library: libnvinfer.so.10: cannot open shared object file: No such file or directory"', "user_error"),
+    ("llama_model_load: error loading model: error loading model vocabulary: unknown pre-tokenizer type: 'qwen35'",
+     "user_error"),
+    # MPICH, libfabric, NVSHMEM and DeepEP
+    ("=   EXIT CODE: 9", "host_oom"),
+    ("=   EXIT CODE: 11", "user_error"),
+    ("[proxy:0:0@node01] HYDU_create_process (lib/utils/launch.c:73): execvp error on file ./train (No such file or "
+     "directory)", "user_error"),
+    ("MPIDI_CH3U_Recvq_FDU_or_AEP(629): Communication error with rank 3", "nccl_error"),
+    ("MPIDI_OFI_handle_cq_error(1042): OFI poll failed (ofi_events.c:1042:MPIDI_OFI_handle_cq_error:Input/output "
+     "error)", "nccl_error"),
+    ("/nvshmem/src/host/init/init.cu:340: non-zero status: 7 bootstrap_init failed", "nccl_error"),
+    ("DeepEP timeout for dispatch receivers, rank 3, responsible_channel = 7, tokens remained: 12", "nccl_hang"),
+    ("RuntimeError: DeepEP error: timeout (dispatch CPU)", "nccl_hang"),
     ("LAUNCH INFO 2024-06-12 10:22:41,123 ABORT!!! Out of all 8 trainers, the trainer process with rank=[2, 3] was "
      "aborted. Please check its log.", "user_error"),
     # gloo's and MPI's own words
@@ -417,6 +443,13 @@ HEALTHY = [
     "memory allocation retries detected. Train microbatch size will be decreased from 16 -> 8.",
     "WARNING:composer.cli.launcher:Failed to kill global rank 5 (PID 48215) with SIGTERM; terminating with SIGKILL "
     "instead",
+    # llama.cpp falling back from pinned or locked memory, UCX's fork warning, TensorFlow's optional libraries
+    "WARNING: failed to allocate 512.00 MB of pinned memory: out of memory",
+    "warning: failed to mlock 1073741824-byte buffer (after previously locking 0 bytes): Cannot allocate memory",
+    "[1699999999.123456] [node01:12345:0]          ib_md.c:927  UCX  WARN  IB: ibv_fork_init() was disabled or "
+    "failed, yet a fork() has been issued.",
+    "W tensorflow/stream_executor/platform/default/dso_loader.cc:64] Could not load dynamic library "
+    "'libcudart.so.11.0'; dlerror: libcudart.so.11.0: cannot open shared object file: No such file or directory",
     # huggingface_hub's check before a download only warns (and is wrong on some network filesystems)
     "/usr/lib/python3/site-packages/huggingface_hub/file_download.py:752: UserWarning: Not enough free disk space to "
     "download the file. The expected file size is: 0.05 MB. The target location /data/model-files only has 0.00 MB "
