@@ -936,6 +936,21 @@ PHRASINGS = {
     "Job requeued, execution node r1i0n3 down": "SchedulerRecordedNodeLoss",
     "TERM_RC_RECLAIM: job killed and requeued by LSF due to execution host reclaim.": "SchedulerRecordedNodeLoss",
     "Job disconnected too long: JobLeaseDuration (2400 seconds) expired": "SchedulerRecordedNodeLoss",
+    "Workload was evicted as there was no replacement for unhealthy node(s): gke-tpu-v5p-pool-a1b2-node-3": (
+        "SchedulerRecordedNodeLoss"
+    ),
+    "Preempted to accommodate a workload (UID: 5c1d2e3f-1111, JobUID: 9f8e7d6c-2222) due to prioritization in the "
+    "ClusterQueue; preemptor path: /team-a; preemptee path: /team-b": "SchedulerRecordedNodeLoss",
+    "Deleting node gke-a3-pool-5f6e-abcd because it does not exist in the cloud provider": "SchedulerRecordedNodeLoss",
+    "Marking for deletion Pod llama-ft-worker-1 from Node gke-a3-pool-5f6e-abcd": "SchedulerRecordedNodeLoss",
+    "[ 1234.5678] mlx5_core 0000:41:00.0: poll_health:852:(pid 0): device's health compromised - reached miss count": (
+        "Mlx5AdapterFault"
+    ),
+    "[ 1234.5678] mlx5_core 0000:03:00.0: wait_func:964:(pid 112): ENABLE_HCA(0x104) timeout. Will cause a leak of a "
+    "command resource": "Mlx5AdapterFault",
+    "[ 1234.5678] mlx5_core 0000:41:00.0: print_health_info:458:(pid 0): synd 0x10: High temperature": (
+        "Mlx5AdapterFault"
+    ),
     "Job has exceeded allocated disk (20.0 GB). Consider increasing the value of request_disk.": "DiskQuotaExceeded",
     "torch.OutOfMemoryError: out of resource: triton_tem_fused_0 Required: 147456 Hardware limit:101376 Reducing "
     "block sizes or `num_stages` may help.": "KernelExceedsHardwareLimit",
@@ -1042,6 +1057,8 @@ def test_only_a_hangup_is_read_as_the_launching_terminal_closing(line: str) -> N
 
 # Lines that look close to a fault but are not that fault.
 NOT_THIS = [
+    # a job named after the library is no failure of it
+    ("MPIJob default/nccl-tests has failed", Category.NCCL_ERROR),
     # PyTorch's allocator refusing a size no GPU has is no GPU out of memory
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory.", Category.GPU_OOM),
     # a wrong address at start-up answers the same way; a client that retries has not lost its peer

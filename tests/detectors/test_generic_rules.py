@@ -450,6 +450,12 @@ HEALTHY = [
     "failed, yet a fork() has been issued.",
     "W tensorflow/stream_executor/platform/default/dso_loader.cc:64] Could not load dynamic library "
     "'libcudart.so.11.0'; dlerror: libcudart.so.11.0: cannot open shared object file: No such file or directory",
+    # the kernel about poisoned RAM, a CPU stall and a NIC queue it reset; mlx5's refused probe command
+    "[ 1234.5678] Memory failure: 0x3b4e2c: Sending SIGBUS to python:48213 due to hardware memory corruption",
+    "[ 1234.5678] rcu: INFO: rcu_sched self-detected stall on CPU",
+    "[ 1234.5678] NETDEV WATCHDOG: enp181s0np0 (mlx5_core): transmit queue 3 timed out 5120 ms",
+    "[ 1234.5678] mlx5_core 0000:d2:00.0: mlx5_cmd_out_err:838:(pid 1441871): ACCESS_REG(0x805) op_mod(0x1) failed, "
+    "status bad operation(0x2), syndrome (0x305684), err(-22)",
     # huggingface_hub's check before a download only warns (and is wrong on some network filesystems)
     "/usr/lib/python3/site-packages/huggingface_hub/file_download.py:752: UserWarning: Not enough free disk space to "
     "download the file. The expected file size is: 0.05 MB. The target location /data/model-files only has 0.00 MB "
