@@ -766,6 +766,9 @@ PHRASINGS = {
     "(raylet) memory_monitor.cc:50: Still waiting for worker eviction to free up memory. worker pid: 4412": (
         "RayOomKillerKilledTask"
     ),
+    # One entry of the memory monitor's kill report, its header lost.
+    "(Actor(9d39): job ID=01000000, task name=WorkerDict.__init__, required resources={CPU: 1}, pid=100348, actual "
+    "memory used=10.27GB, worker ID=3cc7f0c8)": "RayOomKillerKilledTask",
     "(raylet) create_request_queue.cc:100: Out-of-disk: Failed to create object 00ffffffffffffffffffffffffffffffffffff"
     "ff0100000001000000 of size 100MB": "RayOutOfDisk",
     "The object cannot be created because the local object store is full and the local disk's utilization is over "
