@@ -766,6 +766,34 @@ PHRASINGS = {
     "(raylet) memory_monitor.cc:50: Still waiting for worker eviction to free up memory. worker pid: 4412": (
         "RayOomKillerKilledTask"
     ),
+    # Accelerator stacks other than CUDA, in their own words (CANN / torch_npu, HCCL, amdgpu, Synapse, Habana's HCL).
+    "[ERROR] DRV(4242,python):2024-05-01-10:00:00.000 hb_host.c:171 device heartbeat lost": "AcceleratorHardwareFault",
+    "Heartbeat lost! (device_id=3; old_count=1024; current_count=1024; lost_count=6)": "AcceleratorHardwareFault",
+    "[ERROR] RUNTIME(4242,python):2024-05-01 [stars_engine.cc:686] Device[3] lost heartbeat.": (
+        "AcceleratorHardwareFault"),
+    "EZ9999: Kernel task happen error, retCode=0x5c, [aicore hardware local error].": "AcceleratorHardwareFault",
+    "RuntimeError: NPU function error: aclrtSynchronizeStream, error code is 507054": "AcceleratorHardwareFault",
+    "amdgpu 0000:c1:00.0: amdgpu: RAS records:512 exceed threshold:448": "AcceleratorHardwareFault",
+    "amdgpu 0000:c1:00.0: amdgpu: socket: 0, die: 0, 1 new uncorrectable hardware errors detected in umc block": (
+        "AcceleratorHardwareFault"),
+    "amdgpu 0000:c1:00.0: [drm:amdgpu_ring_test_helper [amdgpu]] *ERROR* ring kiq_0.2.1.0 test failed (-110)": (
+        "AcceleratorHardwareFault"),
+    "RuntimeError: Graph compile failed. synStatus=synStatus 17 [Device in reset]. ": "AcceleratorHardwareFault",
+    "EI0013: Execution Error ROCE CQE(EI0013): An error CQE occurred during operator execution.": "HcclTransportError",
+    "RuntimeError: HCCL function error: HcclAllreduce, error code is 12": "HcclTransportError",
+    "hcclSocketError: Problem with HCCL initialization occurred.": "HcclTransportError",
+    "[PID: 4242] EI0005: The arguments for collective communication are inconsistent between ranks: tag "
+    "[AllReduce_10.0.0.1%enp_60000_0_1], parameter [count], local [1024], remote [2048]": "HcclConfigurationRejected",
+    "EI0008: The HCCL versions are inconsistent: tag [HcomAllReduce], local_version [8.0], remote_version [7.3]": (
+        "HcclConfigurationRejected"),
+    "[TaskExecStage][Timeout]Cluster Exception Location[IP/ID]:[10.0.0.2/3], ExceptionType:[Stuck Occurred]": (
+        "HcclNotifyWaitTimeout"),
+    "EZ9999: The error from device(chipId:0, dieId:0), serial number is 7, notify wait timeout occurred during task "
+    "execution, stream_id:2": "HcclNotifyWaitTimeout",
+    "Communication_Error_Bind_IP_Port(EI0019): Failed to enable listening for the host network adapter socket.": (
+        "PortAlreadyInUse"),
+    "F0101 10:00:00.000 4242 core_worker.cc:512] Lost connection with local raylet. Error: IOError: Broken pipe": (
+        "LocalRayletDied"),
     # One entry of the memory monitor's kill report, its header lost.
     "(Actor(9d39): job ID=01000000, task name=WorkerDict.__init__, required resources={CPU: 1}, pid=100348, actual "
     "memory used=10.27GB, worker ID=3cc7f0c8)": "RayOomKillerKilledTask",
@@ -1060,6 +1088,8 @@ def test_only_a_hangup_is_read_as_the_launching_terminal_closing(line: str) -> N
 
 # Lines that look close to a fault but are not that fault.
 NOT_THIS = [
+    # the NPU's heartbeat, lost between the host's driver and the device, is the device's fault, not a lost node
+    ("[ERROR] DRV(4242,python):2024-05-01-10:00:00.000 hb_host.c:171 device heartbeat lost", Category.NODE_LOST),
     # a job named after the library is no failure of it
     ("MPIJob default/nccl-tests has failed", Category.NCCL_ERROR),
     # PyTorch's allocator refusing a size no GPU has is no GPU out of memory

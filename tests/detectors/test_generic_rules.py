@@ -319,6 +319,30 @@ SHAPES = [
      "600.12 seconds. Marking the worker as dead.", "node_lost"),
     ("Primary job  terminated normally, but 1 process returned a non-zero exit code. Per user-direction, the job has "
      "been aborted.", "user_error"),
+    # Accelerator stacks other than CUDA: Ascend (torch_npu, CANN, HCCL), ROCm (ROCr, HIP, amdgpu), Gaudi (Synapse),
+    # Intel (Level Zero, Unified Runtime), TPU (XLA's E0200).
+    ("RuntimeError: NPU out of memory. NPUWorkspaceAllocator tried to allocate 2.00 GiB(NPU 3; 60.96 GiB total "
+     "capacity; 1.02 GiB free).", "gpu_oom"),
+    ("Resource_Error_Insufficient_Device_Memory(EI0011): Failed to allocate [1048576] bytes of NPU memory.", "gpu_oom"),
+    ("RuntimeError: synStatus=synStatus 14 [Failed to allocate Device memory]. ", "gpu_oom"),
+    ("Callback: Queue 0x7f2c40000000 Aborting with error : HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to "
+     "allocate the necessary resources. Code: 0x1008 Available Free mem : 12 MB", "gpu_oom"),
+    ("EE1013: Failed to allocate 4096 bytes of host memory via malloc to Runtime.", "host_oom"),
+    ("synStatus 3 [Out of HOST memory (OOM)]. ", "host_oom"),
+    ("zeMemAllocHost returned ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY", "host_oom"),
+    ("[drm] VRAM is lost due to GPU reset!", "gpu_hardware"),
+    ("RuntimeError: level_zero backend failed with error: 20 (UR_RESULT_ERROR_DEVICE_LOST)", "gpu_hardware"),
+    ("Callback: Queue 0x7f2c40000000 aborting with error : HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent "
+     "attempted to access memory beyond the largest legal address. code: 0x29", "user_error"),
+    ("Memory access fault by GPU node-2 (Agent handle: 0x55d0c3b3a6f0) on address 0x7f1b2c000000. Reason: Write access "
+     "to a read-only page.", "user_error"),
+    ("zeModuleCreate returned ZE_RESULT_ERROR_MODULE_BUILD_FAILURE", "user_error"),
+    ("EZ3003: No supported Ops kernel and engine are found for [FlashAttentionScore], optype [FlashAttentionScore].",
+     "user_error"),
+    ("Node 0 halted unexpectedly at tag:pc TensorCoreSequencer:23:0x292: BoundsCheck 92 [deref of %s931] for %937 = "
+     "dma.hbm_to_vmem", "user_error"),
+    ("E0606 10:04:44.849920  7793 direct_task_transport.cc:240] Retrying attempt to schedule task at remote node. "
+     "Error: IOError: 14: failed to connect to all addresses", "node_lost"),
 ]
 
 
@@ -494,6 +518,9 @@ def test_the_generic_tier_alone_reads_what_a_signature_reads(line: str, category
 
 @pytest.mark.parametrize(("line", "not_this"), [
     ("Exception: Server process terminated unexpectedly.", "GenericNodeGone"),  # a process, not a machine
+    # ROCm's GPU page fault on an unmapped address: threads trace it to the driver or the card as often as to the job
+    ("Memory access fault by GPU node-2 (Agent handle: 0x55d0c3b3a6f0) on address 0x7f1b2c000000. Reason: Page not "
+     "present or supervisor privilege.", "GenericCudaUsageError"),
     # Xid 43 is the application's (a kernel it ran faulted), in the device plugin's words too
     ("2020/08/10 19:09:42 XidCriticalError: Xid=43 on Device=GPU-7540a9b3, the device will go unhealthy.",
      "GenericGpuFault"),
