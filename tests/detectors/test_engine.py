@@ -776,8 +776,6 @@ PHRASINGS = {
     "amdgpu 0000:c1:00.0: amdgpu: RAS records:512 exceed threshold:448": "AcceleratorHardwareFault",
     "amdgpu 0000:c1:00.0: amdgpu: socket: 0, die: 0, 1 new uncorrectable hardware errors detected in umc block": (
         "AcceleratorHardwareFault"),
-    "amdgpu 0000:c1:00.0: [drm:amdgpu_ring_test_helper [amdgpu]] *ERROR* ring kiq_0.2.1.0 test failed (-110)": (
-        "AcceleratorHardwareFault"),
     "RuntimeError: Graph compile failed. synStatus=synStatus 17 [Device in reset]. ": "AcceleratorHardwareFault",
     "EI0013: Execution Error ROCE CQE(EI0013): An error CQE occurred during operator execution.": "HcclTransportError",
     "RuntimeError: HCCL function error: HcclAllreduce, error code is 12": "HcclTransportError",

@@ -331,6 +331,8 @@ SHAPES = [
     ("synStatus 3 [Out of HOST memory (OOM)]. ", "host_oom"),
     ("zeMemAllocHost returned ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY", "host_oom"),
     ("[drm] VRAM is lost due to GPU reset!", "gpu_hardware"),
+    ("amdgpu 0000:c1:00.0: [drm:amdgpu_ring_test_helper [amdgpu]] *ERROR* ring kiq_0.2.1.0 test failed (-110)",
+     "gpu_hardware"),
     ("RuntimeError: level_zero backend failed with error: 20 (UR_RESULT_ERROR_DEVICE_LOST)", "gpu_hardware"),
     ("Callback: Queue 0x7f2c40000000 aborting with error : HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent "
      "attempted to access memory beyond the largest legal address. code: 0x29", "user_error"),
