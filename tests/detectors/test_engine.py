@@ -792,6 +792,11 @@ PHRASINGS = {
         "PortAlreadyInUse"),
     "F0101 10:00:00.000 4242 core_worker.cc:512] Lost connection with local raylet. Error: IOError: Broken pipe": (
         "LocalRayletDied"),
+    "[Cycle 0] GPU 3: Requires a node reboot to recover. Reboot the system.": "GpuResetRequired",
+    "GPU health check failed for node n7: Node n7 has an unhealthy GPU.": "GpuResetRequired",
+    "GPU 2: NVL link 5 is in DISABLED state": "NvlinkFault",
+    "[Rerun] rank 12: First rerun: unexpected result is not reproducible within the tolerance (nan != 3.2)! Possible "
+    "transient error!!": "SilentDataCorruptionDetected",
     # One entry of the memory monitor's kill report, its header lost.
     "(Actor(9d39): job ID=01000000, task name=WorkerDict.__init__, required resources={CPU: 1}, pid=100348, actual "
     "memory used=10.27GB, worker ID=3cc7f0c8)": "RayOomKillerKilledTask",

@@ -520,6 +520,8 @@ def test_the_generic_tier_alone_reads_what_a_signature_reads(line: str, category
 
 @pytest.mark.parametrize(("line", "not_this"), [
     ("Exception: Server process terminated unexpectedly.", "GenericNodeGone"),  # a process, not a machine
+    ("[DecoupledCheckpointEngine] Checkpoint process died unexpectedly. Check logs for OOM or other errors in the "
+     "checkpoint subprocess.", "GenericProcessDiedUnexpectedly"),
     # ROCm's GPU page fault on an unmapped address: threads trace it to the driver or the card as often as to the job
     ("Memory access fault by GPU node-2 (Agent handle: 0x55d0c3b3a6f0) on address 0x7f1b2c000000. Reason: Page not "
      "present or supervisor privilege.", "GenericCudaUsageError"),
