@@ -343,6 +343,8 @@ SHAPES = [
      "user_error"),
     ("Node 0 halted unexpectedly at tag:pc TensorCoreSequencer:23:0x292: BoundsCheck 92 [deref of %s931] for %937 = "
      "dma.hbm_to_vmem", "user_error"),
+    ("Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), a common cause is "
+     "the OS OOM killer. Run 'dmesg -T | grep -i oom' to check.", "host_oom"),
     ("E0606 10:04:44.849920  7793 direct_task_transport.cc:240] Retrying attempt to schedule task at remote node. "
      "Error: IOError: 14: failed to connect to all addresses", "node_lost"),
 ]
@@ -520,6 +522,11 @@ def test_the_generic_tier_alone_reads_what_a_signature_reads(line: str, category
 
 @pytest.mark.parametrize(("line", "not_this"), [
     ("Exception: Server process terminated unexpectedly.", "GenericNodeGone"),  # a process, not a machine
+    # SGLang's advice is printed with every exit code; only its -9 is a SIGKILL
+    ("Rank 0 scheduler died during initialization (exit code: 1). If exit code is -9 (SIGKILL), a common cause is the "
+     "OS OOM killer. Run 'dmesg -T | grep -i oom' to check.", "GenericProcessSigkilled"),
+    ("Rank 0 scheduler died during initialization (exit code: 1). If exit code is -9 (SIGKILL), a common cause is the "
+     "OS OOM killer. Run 'dmesg -T | grep -i oom' to check.", "GenericHostOutOfMemory"),
     ("[DecoupledCheckpointEngine] Checkpoint process died unexpectedly. Check logs for OOM or other errors in the "
      "checkpoint subprocess.", "GenericProcessDiedUnexpectedly"),
     # ROCm's GPU page fault on an unmapped address: threads trace it to the driver or the card as often as to the job
