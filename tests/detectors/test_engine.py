@@ -1095,6 +1095,9 @@ NOT_THIS = [
     ("[ERROR] DRV(4242,python):2024-05-01-10:00:00.000 hb_host.c:171 device heartbeat lost", Category.NODE_LOST),
     # a job named after the library is no failure of it
     ("MPIJob default/nccl-tests has failed", Category.NCCL_ERROR),
+    # HCCL's EI0007 is a resource it could not allocate (device memory or notify registers): no configuration error
+    ("EI0007: Failed to allocate resource[notify] with info [rank 3]. Reason: Memory resources are exhausted.",
+     Category.USER_ERROR),
     # PyTorch's allocator refusing a size no GPU has is no GPU out of memory
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory.", Category.GPU_OOM),
     # a wrong address at start-up answers the same way; a client that retries has not lost its peer
