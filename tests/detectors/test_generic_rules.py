@@ -345,6 +345,8 @@ SHAPES = [
      "dma.hbm_to_vmem", "user_error"),
     ("Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), a common cause is "
      "the OS OOM killer. Run 'dmesg -T | grep -i oom' to check.", "host_oom"),
+    ("[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine (/src/cpp/tensorrt_llm/runtime/"
+     "tllmRuntime.cpp:150)", "user_error"),
     ("E0606 10:04:44.849920  7793 direct_task_transport.cc:240] Retrying attempt to schedule task at remote node. "
      "Error: IOError: 14: failed to connect to all addresses", "node_lost"),
 ]
