@@ -795,6 +795,11 @@ PHRASINGS = {
     "[Cycle 0] GPU 3: Requires a node reboot to recover. Reboot the system.": "GpuResetRequired",
     "GPU health check failed for node n7: Node n7 has an unhealthy GPU.": "GpuResetRequired",
     "GPU 2: NVL link 5 is in DISABLED state": "NvlinkFault",
+    "GPU 1 unsuccessfully wrote data to GPU 3 over NVLink in a peer-to-peer test: cudaErrorIllegalAddress": (
+        "DcgmHealthFault"),
+    "Error: 2 or more retired pages have been detected in GPU 3.": "DcgmHealthFault",
+    "GPU 0 is running at PCI link width 8X, which is below the minimum allowed link generation of 16 (parameter "
+    "'pcie.min_pci_width')": "DcgmHealthFault",
     "[Rerun] rank 12: First rerun: unexpected result is not reproducible within the tolerance (nan != 3.2)! Possible "
     "transient error!!": "SilentDataCorruptionDetected",
     # One entry of the memory monitor's kill report, its header lost.

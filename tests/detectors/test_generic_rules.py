@@ -345,6 +345,11 @@ SHAPES = [
      "dma.hbm_to_vmem", "user_error"),
     ("Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), a common cause is "
      "the OS OOM killer. Run 'dmesg -T | grep -i oom' to check.", "host_oom"),
+    ("E1130 10:00:00.000000 1 health.go:126] Error waiting for event: ERROR_GPU_IS_LOST; Marking all devices as "
+     "unhealthy", "gpu_hardware"),
+    ("[ 12.345] NVRM: installed in this system is not supported by the", "user_error"),
+    ("modprobe: ERROR: could not insert 'nvidia': Key was rejected by service", "user_error"),
+    ("NVRM: The NVIDIA probe routine was not called for 1 device(s).", "user_error"),
     ("[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine (/src/cpp/tensorrt_llm/runtime/"
      "tllmRuntime.cpp:150)", "user_error"),
     ("E0606 10:04:44.849920  7793 direct_task_transport.cc:240] Retrying attempt to schedule task at remote node. "
@@ -529,6 +534,9 @@ def test_the_generic_tier_alone_reads_what_a_signature_reads(line: str, category
      "OS OOM killer. Run 'dmesg -T | grep -i oom' to check.", "GenericProcessSigkilled"),
     ("Rank 0 scheduler died during initialization (exit code: 1). If exit code is -9 (SIGKILL), a common cause is the "
      "OS OOM killer. Run 'dmesg -T | grep -i oom' to check.", "GenericHostOutOfMemory"),
+    # DCGM's client without its daemon, and the GPU operator's probe of its driver pod, are no lost node
+    ("Error: Unable to connect to host engine. Host engine connection invalid/disconnected.", "GenericNodeGone"),
+    ("NVIDIA driver daemons are not ready; Current status: NotReady", "GenericNodeGone"),
     ("[DecoupledCheckpointEngine] Checkpoint process died unexpectedly. Check logs for OOM or other errors in the "
      "checkpoint subprocess.", "GenericProcessDiedUnexpectedly"),
     # ROCm's GPU page fault on an unmapped address: threads trace it to the driver or the card as often as to the job
