@@ -654,6 +654,10 @@ PHRASINGS = {
         "NoSpaceLeftOnDevice"
     ),
     "OSError: [Errno 122] Disk quota exceeded": "DiskQuotaExceeded",
+    "LustreError: 11-0: scratch-OST0003-osc-ffff8c2b: operation ost_write to node 10.1.0.7@o2ib failed: rc = -28": (
+        "NoSpaceLeftOnDevice"
+    ),
+    "LustreError: 31254:0:(osc_cache.c:2410) scratch-OST0003-osc-ffff8c2b: write error: rc = -122": "DiskQuotaExceeded",
     "ray.exceptions.OutOfDiskError: Local disk is full. The object cannot be created": "RayOutOfDisk",
     "NCCL WARN Error: failed to extend /dev/shm/nccl-ZXAJkT to 9637892 bytes": "SharedMemoryFull",
     "RuntimeError: [enforce fail at inline_container.cc:445] . PytorchStreamWriter failed writing file data/176: "
@@ -1096,6 +1100,9 @@ def test_only_a_hangup_is_read_as_the_launching_terminal_closing(line: str) -> N
 
 # Lines that look close to a fault but are not that fault.
 NOT_THIS = [
+    # Lustre's other negated errnos: -2 is ENOENT, -280 no errno of a full disk
+    ("LustreError: 3456:0:(file.c:4123) lookup failed: rc = -2", Category.DISK_FULL),
+    ("LustreError: 3456:0:(file.c:4123) failed: rc = -280", Category.DISK_FULL),
     # the NPU's heartbeat, lost between the host's driver and the device, is the device's fault, not a lost node
     ("[ERROR] DRV(4242,python):2024-05-01-10:00:00.000 hb_host.c:171 device heartbeat lost", Category.NODE_LOST),
     # a job named after the library is no failure of it
