@@ -643,6 +643,31 @@ def test_a_traceback_without_its_exception_line_is_read_only_where_nothing_else_
     assert saved["category"] == "disk_full", saved
 
 
+@pytest.mark.parametrize("header", [
+    # vLLM's logger.exception puts its head before every line of the traceback; SkyPilot's logger the same with one
+    # letter for the level; older vLLM without the brackets
+    "ERROR 03-05 00:25:45 [core.py:1094] Traceback (most recent call last):",
+    "(LLMRayActor pid=58) (EngineCore_DP0 pid=61) ERROR 03-05 00:25:45 [core.py:1094] "
+    "Traceback (most recent call last):",
+    "ERROR 06-12 19:01:08 worker_base.py:145] Traceback (most recent call last):",
+    "E 11-28 14:41:59 controller.py:163] Traceback (most recent call last):",
+    # a progress bar the crash cut mid-update, kept on the header's line
+    "Running tokenizer on dataset:  38%|###8      | 32068/85249 [32:13<53:59, 16.42ba/s]"
+    "Traceback (most recent call last):",
+    " 10%|#         | 10/100 [00:15<02:15,  1.50s/it]Traceback (most recent call last):",
+])
+def test_a_traceback_header_behind_a_loggers_head_or_a_progress_bar_is_read(header: str) -> None:
+    assert verdict("step 10 loss=1.2", header)["category"] == "user_error"
+
+
+@pytest.mark.parametrize("line", [
+    'print("Traceback (most recent call last):")',  # the words quoted in code, not a traceback's header
+    "INFO 03-05 00:25:45 [core.py:1094] printing Traceback (most recent call last): for a test",
+])
+def test_a_traceback_header_quoted_inside_other_words_is_not_read(line: str) -> None:
+    assert verdict("step 10 loss=1.2", line)["category"] == "unknown"
+
+
 def test_an_exception_raised_for_another_ranks_error_is_no_hang() -> None:
     # Lightning raises it from the handler of that rank's own exception: the traceback after it is the cause
     line = "lightning.pytorch.utilities.exceptions.DeadlockDetectedException: DeadLock detected from rank: 1"
