@@ -675,6 +675,8 @@ PHRASINGS = {
     "RuntimeError: CUDA error: an illegal memory access was encountered": "CudaIllegalMemoryAccess",
     "KeyError: 'responses'": "PythonException",
     "(TaskRunner pid=1) ValueError: batch size 7 is not divisible by 8": "PythonException",
+    "[rank4]: \tsize mismatch for output.weight: copying a param with shape torch.Size([128256, 8192]) from "
+    "checkpoint, the shape in current model is torch.Size([32000, 8192]).": "PythonException",
     "JobInfo(status=FAILED, error_type='JOB_ENTRYPOINT_COMMAND_ERROR', driver_exit_code=1)": "RayJobEntrypointFailed",
     "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 131072, Hardware limit: 101376. "
     "Reducing block sizes or `num_stages` may help.": "KernelExceedsHardwareLimit",

@@ -354,6 +354,39 @@ SHAPES = [
      "tllmRuntime.cpp:150)", "user_error"),
     ("E0606 10:04:44.849920  7793 direct_task_transport.cc:240] Retrying attempt to schedule task at remote node. "
      "Error: IOError: 14: failed to connect to all addresses", "node_lost"),
+    # lines found by probing real threads' logs for wordings the rules did not read
+    ("libfabric:451707:1708520807::efa:cq:efa_rdm_txe_handle_error():737<warn> err: 5, message: Invalid address My "
+     "EFA addr: fi_addr_efa://[fe80::13:c2ff:fe6f:f03d]:0:1072483550", "nccl_error"),
+    ("Unable to write to EQ: Missing or unavailable event queue. err: Input/output error (5) prov_errno: Unknown error "
+     "-114 (-114) prov/rxr/src/rxr.h:1042", "nccl_error"),
+    ("THCudaCheck FAIL file=/opt/conda/conda-bld/pytorch_1595629403081/work/torch/csrc/cuda/Module.cpp line=59 "
+     "error=101 : invalid device ordinal", "user_error"),
+    ("[rank3]: Cuda failure 802 'system not yet initialized'", "gpu_hardware"),
+    ("srun: error: Unable to create step for job 16413634: Invalid generic resource (gres) specification",
+     "user_error"),
+    ("srun: fatal: SLURM_MEM_PER_CPU, SLURM_MEM_PER_GPU, and SLURM_MEM_PER_NODE are mutually exclusive.", "user_error"),
+    ("nvidia-docker | 2016/08/22 12:54:02 Error: unsupported CUDA version: driver 7.5 < image 8.0", "user_error"),
+    ("nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: cannot open shared object "
+     "file: no such file or directory: unknown.", "user_error"),
+    ('Error: OCI runtime create failed: container_linux.go:345: starting container process caused "exec: '
+     '\\"storageos\\": executable file not found in $PATH": unknown', "user_error"),
+    ('failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: '
+     'error during container init: exec: "": executable file not found in $PATH', "user_error"),
+    ("[TRT] [E] 1: [stdArchiveReader.cpp::StdArchiveReader::35] Error Code 1: Serialization (Serialization assertion "
+     "safeVersionRead == safeSerializationVersion failed.Version tag does not match.", "user_error"),
+    ("Failed to initialize process group: Error initializing torch.distributed using env:// rendezvous: environment "
+     "variable RANK expected, but not set, falling back to single GPU", "user_error"),
+    ("(pid=1521999)  But your machine only has: [0]", "user_error"),
+    ("nvcc fatal   : Unsupported gpu architecture 'compute_86'", "user_error"),
+    ("ninja: build stopped: subcommand failed.", "user_error"),
+    ("  Value error, Total number of attention heads (64) must be divisible by tensor parallel size (3). "
+     "[type=value_error, input_value=ArgsKwargs((), {'model_config': ...}), input_type=ArgsKwargs]", "user_error"),
+    ("[2025-03-03 06:49:28 TP5] Input length (160062 tokens) exceeds the maximum allowed length (59862 tokens). Use a "
+     "shorter input or enable --allow-auto-truncate.", "user_error"),
+    ("The decoder prompt (length 15329) is longer than the maximum model length of 8192. Make sure that "
+     "`max_model_len` is no smaller than the number of text tokens", "user_error"),
+    ("write error: wrote 2854962 blocks instead of 3211264 at /home/u/torch/pkg/torch/lib/TH/THDiskFile.c:331",
+     "disk_full"),
 ]
 
 
@@ -550,6 +583,14 @@ def test_the_generic_tier_alone_reads_what_a_signature_reads(line: str, category
     ("ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation task, "
      "ray::Trainer.__init__() (pid=4242, ip=10.0.0.5) ValueError: unknown optimizer 'adamw8'",
      "GenericProcessDiedUnexpectedly"),
+    # libfabric's informational lines, nvcc's warnings, a value error in prose: no failure of theirs
+    ("libfabric:123:1700000000::efa:core:efa_device_init():300<info> efa device found", "GenericCommunicationFailure"),
+    ("nvcc warning : The 'compute_35' architecture is deprecated, and may be removed in a future release.",
+     "GenericLaunchMistake"),
+    ("step 300: the value error, if any, is logged below", "GenericLaunchMistake"),
+    # Ray's wrapper naming no exception class is a header: the lines after it say what failed
+    ("ray.exceptions.RayTaskError: ray::reduce() (pid=240, ip=172.31.86.123)", "GenericPythonException"),
+    ("ray.exceptions.RayTaskError: ray::reduce() (pid=240, ip=172.31.86.123)", "GenericJobFailed"),
 ])
 def test_a_word_that_names_something_else_is_not_read_as_it(line: str, not_this: str) -> None:
     assert not_this not in [r.reason for r in RULES.match(line)]
@@ -666,6 +707,16 @@ def test_a_traceback_header_behind_a_loggers_head_or_a_progress_bar_is_read(head
 ])
 def test_a_traceback_header_quoted_inside_other_words_is_not_read(line: str) -> None:
     assert verdict("step 10 loss=1.2", line)["category"] == "unknown"
+
+
+def test_rays_bare_task_wrapper_gives_way_to_the_error_it_wraps() -> None:
+    header = "ray.exceptions.RayTaskError: ray::reduce() (pid=240, ip=172.31.86.123)"
+    lost = verdict(header, "  At least one of the input arguments for this task could not be computed:",
+                   "ray.exceptions.ObjectFetchTimedOutError: Failed to retrieve object 92ba3d58fa71ff60ffffffffffffffff"
+                   "ffffffff030000002a020000. To see information about where this ObjectRef was created in Python")
+    assert lost["category"] == "node_lost", lost
+    # alone, it is a traceback cut before its exception
+    assert verdict("step 10 loss=1.2", header)["category"] == "user_error"
 
 
 def test_an_exception_raised_for_another_ranks_error_is_no_hang() -> None:
