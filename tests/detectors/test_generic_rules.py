@@ -588,6 +588,10 @@ def test_the_generic_tier_alone_reads_what_a_signature_reads(line: str, category
     ("nvcc warning : The 'compute_35' architecture is deprecated, and may be removed in a future release.",
      "GenericLaunchMistake"),
     ("step 300: the value error, if any, is logged below", "GenericLaunchMistake"),
+    # JAX's coordination service lists what a lost heartbeat may mean; a preemption is one guess, not what it saw
+    ("E coordination_service.cc:956] /job:jax_worker/replica:0/task:15 has been set to ERROR in coordination service: "
+     "UNAVAILABLE: Task /job:jax_worker/replica:0/task:15 heartbeat timeout. This indicates that the remote task has "
+     "failed, got preempted, or crashed unexpectedly.", "GenericPreemption"),
     # Ray's wrapper naming no exception class is a header: the lines after it say what failed
     ("ray.exceptions.RayTaskError: ray::reduce() (pid=240, ip=172.31.86.123)", "GenericPythonException"),
     ("ray.exceptions.RayTaskError: ray::reduce() (pid=240, ip=172.31.86.123)", "GenericJobFailed"),
