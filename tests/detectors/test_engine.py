@@ -637,6 +637,9 @@ PHRASINGS = {
     # userspace OOM killers, which act before the kernel's and leave no kernel OOM line
     "Dec 17 10:04:41 ws systemd-oomd[588]: Killed /user.slice/user-1000.slice/session-3.scope due to memory pressure "
     "for /user.slice/user-1000.slice being 71.20% > 50.00% for > 20s with reclaim activity": "UserspaceOomKiller",
+    "[   77.752252] systemd[1]: systemd-journald.service: systemd-oomd killed 1 process(es) in this unit.": (
+        "UserspaceOomKiller"
+    ),
     "earlyoom[712]: low memory! at or below SIGTERM limits: mem 10.00%, swap 10.00%": "UserspaceOomKiller",
     # node_lost
     "slurmstepd: error: *** JOB 4242 ON gpu-node-03 CANCELLED AT 2025-01-02T03:04:05 DUE TO PREEMPTION ***": (

@@ -387,6 +387,15 @@ SHAPES = [
      "`max_model_len` is no smaller than the number of text tokens", "user_error"),
     ("write error: wrote 2854962 blocks instead of 3211264 at /home/u/torch/pkg/torch/lib/TH/THDiskFile.c:331",
      "disk_full"),
+    ("| densenet_onnx | 1 | UNAVAILABLE: Internal: unable to create stream: the provided PTX was compiled with an "
+     "unsupported toolchain. |", "user_error"),
+    ("E tensorflow/stream_executor/cuda/cuda_driver.cc:802] failed to alloc 34359738368 bytes on host: "
+     "CUDA_ERROR_OUT_OF_MEMORY: out of memory", "host_oom"),
+    ("W tensorflow/core/common_runtime/device/device_host_allocator.h:46] could not allocate pinned host memory of "
+     "size: 34359738368", "host_oom"),
+    ("[TensorRT] ERROR: Requested amount of memory (150994944 bytes) could not be allocated. There may not be enough "
+     "free memory for allocation to succeed.", "gpu_oom"),
+    ("[virtualMemoryBuffer.cpp::resizePhysical::144] Error Code 2: OutOfMemory (no further information)", "gpu_oom"),
 ]
 
 
@@ -700,6 +709,8 @@ def test_a_traceback_without_its_exception_line_is_read_only_where_nothing_else_
     "Running tokenizer on dataset:  38%|###8      | 32068/85249 [32:13<53:59, 16.42ba/s]"
     "Traceback (most recent call last):",
     " 10%|#         | 10/100 [00:15<02:15,  1.50s/it]Traceback (most recent call last):",
+    # a banner that logs the traceback after its own words
+    "[2025-04-21 04:13:43 TP0] Scheduler hit an exception: Traceback (most recent call last):",
 ])
 def test_a_traceback_header_behind_a_loggers_head_or_a_progress_bar_is_read(header: str) -> None:
     assert verdict("step 10 loss=1.2", header)["category"] == "user_error"
@@ -711,6 +722,14 @@ def test_a_traceback_header_behind_a_loggers_head_or_a_progress_bar_is_read(head
 ])
 def test_a_traceback_header_quoted_inside_other_words_is_not_read(line: str) -> None:
     assert verdict("step 10 loss=1.2", line)["category"] == "unknown"
+
+
+def test_an_import_a_destructor_tries_at_exit_is_no_failure() -> None:
+    # the run is over when Python prints it, whatever ended the run
+    at_exit = verdict("Exception ignored in: <function Vllm.__del__ at 0x7f1723e82d30>",
+                      "ImportError: sys.meta_path is None, Python is likely shutting down")
+    assert at_exit["category"] == "unknown", at_exit
+    assert verdict("ImportError: cannot import name 'LlamaConfig' from 'transformers'")["category"] == "user_error"
 
 
 def test_rays_bare_task_wrapper_gives_way_to_the_error_it_wraps() -> None:
