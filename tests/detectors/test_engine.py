@@ -678,6 +678,19 @@ PHRASINGS = {
     "RuntimeError: CUDA error: an illegal memory access was encountered": "CudaIllegalMemoryAccess",
     "KeyError: 'responses'": "PythonException",
     "(TaskRunner pid=1) ValueError: batch size 7 is not divisible by 8": "PythonException",
+    "tensorflow.python.framework.errors_impl.ResourceExhaustedError: disk quota exceeded [Op:SaveV2]": (
+        "DiskQuotaExceeded"
+    ),
+    "71885 Killed                  PYTHONPATH=$PYTHONPATH:. python -m kauldron.main --cfg=pod_config.py": (
+        "ShellReportsKilled"
+    ),
+    "[1]+  Killed                  python train.py --config llama.yaml": "ShellReportsKilled",
+    "torch.distributed.DistBackendError: [4] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
+    "c10d key-value store by key '0', but store->get('0') got error: Socket Timeout": "DistributedStoreTimeout",
+    "[rank0]:[E804 23:05:54.816499929 ProcessGroupNCCL.cpp:1849] [PG ID 0 PG GUID 0(default_pg) Rank 0] Observed "
+    "flight recorder dump signal from another rank via TCPStore.": "NcclTimeoutDebugDump",
+    "The error from device(chipId:5, dieId:0), serial number is 17, hccl fftsplus task timeout occurred during task "
+    "execution, stream_id:7, sq_id:7, task_id:9865, stuck notify num:3, timeout:1836.": "HcclNotifyWaitTimeout",
     "[rank4]: \tsize mismatch for output.weight: copying a param with shape torch.Size([128256, 8192]) from "
     "checkpoint, the shape in current model is torch.Size([32000, 8192]).": "PythonException",
     "JobInfo(status=FAILED, error_type='JOB_ENTRYPOINT_COMMAND_ERROR', driver_exit_code=1)": "RayJobEntrypointFailed",
@@ -1105,6 +1118,9 @@ def test_only_a_hangup_is_read_as_the_launching_terminal_closing(line: str) -> N
 
 # Lines that look close to a fault but are not that fault.
 NOT_THIS = [
+    # the store answered with a refusal, not a timeout: no wait that ran out
+    ("[4] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', "
+     "but store->get('0') got error: Connection reset by peer", Category.NCCL_HANG),
     # Lustre's other negated errnos: -2 is ENOENT, -280 no errno of a full disk
     ("LustreError: 3456:0:(file.c:4123) lookup failed: rc = -2", Category.DISK_FULL),
     ("LustreError: 3456:0:(file.c:4123) failed: rc = -280", Category.DISK_FULL),

@@ -396,6 +396,16 @@ SHAPES = [
     ("[TensorRT] ERROR: Requested amount of memory (150994944 bytes) could not be allocated. There may not be enough "
      "free memory for allocation to succeed.", "gpu_oom"),
     ("[virtualMemoryBuffer.cpp::resizePhysical::144] Error Code 2: OutOfMemory (no further information)", "gpu_oom"),
+    ("RuntimeError: FATAL ERROR :: MODULE:SYNHELPER workspace Allocation of size ::14493510400 failed!", "gpu_oom"),
+    ("Compilation failure: Aborting compilation early because it's unlikely to have enough memory. Requires 3.47E, has "
+     "14.49G available.", "gpu_oom"),
+    ("[   72.993269] habanalabs 0000:1a:00.0: Failed to initialize hl2. Device is NOT usable !", "gpu_hardware"),
+    ("2022-Mar-29 07:07:29.0082    11:11    ERROR   NRT:nrt_init    Unable to determine Neuron Driver version. Please "
+     "check aws-neuron-dkms package is installed.", "user_error"),
+    ("ERROR   ENC:validate_neff_cc_ops    [nec_dev 0] mismatching number of cc ops, expected 6 received 3. Check if "
+     "ranks 1 and 0 are using the same neff", "user_error"),
+    ("E external/org_tensorflow/tensorflow/compiler/xla/service/collective_ops_utils.h:209] This thread has been "
+     "waiting for 5000ms for and may be stuck: participant for device ordinal 1, stream 0x5594682cb160", "nccl_hang"),
 ]
 
 
@@ -597,6 +607,9 @@ def test_the_generic_tier_alone_reads_what_a_signature_reads(line: str, category
     ("nvcc warning : The 'compute_35' architecture is deprecated, and may be removed in a future release.",
      "GenericLaunchMistake"),
     ("step 300: the value error, if any, is logged below", "GenericLaunchMistake"),
+    # a watchdog line a terminal wrapped right after "[Rank 0": the exception is on the next line
+    ("[rank0]:[E ProcessGroupNCCL.cpp:1182] [Rank 0] NCCL watchdog thread terminated with exception: [Rank 0",
+     "ProcessGroupWatchdogException"),
     # JAX's coordination service lists what a lost heartbeat may mean; a preemption is one guess, not what it saw
     ("E coordination_service.cc:956] /job:jax_worker/replica:0/task:15 has been set to ERROR in coordination service: "
      "UNAVAILABLE: Task /job:jax_worker/replica:0/task:15 heartbeat timeout. This indicates that the remote task has "
@@ -730,6 +743,13 @@ def test_an_import_a_destructor_tries_at_exit_is_no_failure() -> None:
                       "ImportError: sys.meta_path is None, Python is likely shutting down")
     assert at_exit["category"] == "unknown", at_exit
     assert verdict("ImportError: cannot import name 'LlamaConfig' from 'transformers'")["category"] == "user_error"
+
+
+def test_a_watchdog_line_wrapped_before_its_exception_is_read_by_the_next_line() -> None:
+    wrapped = verdict("[rank0]:[E ProcessGroupNCCL.cpp:1182] [Rank 0] NCCL watchdog thread terminated with exception: "
+                      "[Rank 0", "] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLGATHER, "
+                      "NumelIn=1, NumelOut=2, Timeout(ms)=1800000) ran for 1800012 milliseconds before timing out.")
+    assert wrapped["category"] == "nccl_hang", wrapped
 
 
 def test_rays_bare_task_wrapper_gives_way_to_the_error_it_wraps() -> None:
