@@ -1253,6 +1253,14 @@ def test_stream_scan_equals_line_scan_on_a_random_mix() -> None:
         "PytorchStreamWriter failed writing file " * 1500,
         "Key '" + "a" * 60000,
         "DataLoader worker (pid " * 2500,
+        "ERROR 03-05 00:25:45 [core.py:1094] " * 1500 + "Traceback",
+        "16.42ba/s]: Traceback (most recent call last) " * 1200,
+        "ray.exceptions.RayTaskError: ray::" * 1800,
+        'exec: \\"' * 8000,
+        "LustreError: rc = -2 " * 3000,
+        "libfabric:1:1::efa:cq:" * 2500,
+        "This thread has been waiting for " * 1800,
+        "retrieving ncclUniqueId from [0] via c10d key-value store by key '" * 800,
     ],
 )
 def test_new_rules_stay_linear_on_hostile_lines(bait: str) -> None:
