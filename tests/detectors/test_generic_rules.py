@@ -404,6 +404,9 @@ SHAPES = [
      "check aws-neuron-dkms package is installed.", "user_error"),
     ("ERROR   ENC:validate_neff_cc_ops    [nec_dev 0] mismatching number of cc ops, expected 6 received 3. Check if "
      "ranks 1 and 0 are using the same neff", "user_error"),
+    ("Couldn't init CUDA: Error (gpu_burn-drv.cpp:304): system not yet initialized", "gpu_hardware"),
+    ("[error] Unexpected error from cudaGetDeviceCount(). Error 805: MPS client failed to connect to the MPS control "
+     "daemon or the MPS server", "user_error"),
     ("The replica workerpool1-1 exited with a non-zero status of 1. Termination reason: Error.", "user_error"),
     ("The replica workerpool0-0 exited with a non-zero status of 137. Termination reason: Error.", "host_oom"),
     ("E external/org_tensorflow/tensorflow/compiler/xla/service/collective_ops_utils.h:209] This thread has been "
