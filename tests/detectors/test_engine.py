@@ -678,6 +678,7 @@ PHRASINGS = {
     "RuntimeError: CUDA error: an illegal memory access was encountered": "CudaIllegalMemoryAccess",
     "KeyError: 'responses'": "PythonException",
     "(TaskRunner pid=1) ValueError: batch size 7 is not divisible by 8": "PythonException",
+    "/tmp/ray/session_2023-06-29_11-21-28_818264_5598 is over 95% full, ": "RayDiskAlmostFull",
     "tensorflow.python.framework.errors_impl.ResourceExhaustedError: disk quota exceeded [Op:SaveV2]": (
         "DiskQuotaExceeded"
     ),

@@ -404,6 +404,8 @@ SHAPES = [
      "check aws-neuron-dkms package is installed.", "user_error"),
     ("ERROR   ENC:validate_neff_cc_ops    [nec_dev 0] mismatching number of cc ops, expected 6 received 3. Check if "
      "ranks 1 and 0 are using the same neff", "user_error"),
+    ("Error while writing to file C:\\Users\\u\\AppData\\Local\\vibe\\ggml-medium.bin: Espace insuffisant sur le "
+     "disque. (os error 112)", "disk_full"),
     ("Couldn't init CUDA: Error (gpu_burn-drv.cpp:304): system not yet initialized", "gpu_hardware"),
     ("[error] Unexpected error from cudaGetDeviceCount(). Error 805: MPS client failed to connect to the MPS control "
      "daemon or the MPS server", "user_error"),
