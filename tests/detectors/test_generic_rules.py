@@ -406,6 +406,7 @@ SHAPES = [
      "ranks 1 and 0 are using the same neff", "user_error"),
     ("Error while writing to file C:\\Users\\u\\AppData\\Local\\vibe\\ggml-medium.bin: Espace insuffisant sur le "
      "disque. (os error 112)", "disk_full"),
+    ("Failed to modify QP to RTR: Connection timed out", "nccl_error"),
     ("Couldn't init CUDA: Error (gpu_burn-drv.cpp:304): system not yet initialized", "gpu_hardware"),
     ("[error] Unexpected error from cudaGetDeviceCount(). Error 805: MPS client failed to connect to the MPS control "
      "daemon or the MPS server", "user_error"),
@@ -617,6 +618,9 @@ def test_the_generic_tier_alone_reads_what_a_signature_reads(line: str, category
     # a watchdog line a terminal wrapped right after "[Rank 0": the exception is on the next line
     ("[rank0]:[E ProcessGroupNCCL.cpp:1182] [Rank 0] NCCL watchdog thread terminated with exception: [Rank 0",
      "ProcessGroupWatchdogException"),
+    # the store's debug line for a client that closed its socket, printed at every shutdown
+    ("[I323 21:57:08.462050602 TCPStoreLibUvBackend.cpp:120] [c10d - debug] Read callback failed. code:-4095 name:EOF "
+     "desc:end of file", "GenericCommunicationFailure"),
     # JAX's coordination service lists what a lost heartbeat may mean; a preemption is one guess, not what it saw
     ("E coordination_service.cc:956] /job:jax_worker/replica:0/task:15 has been set to ERROR in coordination service: "
      "UNAVAILABLE: Task /job:jax_worker/replica:0/task:15 heartbeat timeout. This indicates that the remote task has "
