@@ -618,6 +618,10 @@ def test_the_generic_tier_alone_reads_what_a_signature_reads(line: str, category
     # a watchdog line a terminal wrapped right after "[Rank 0": the exception is on the next line
     ("[rank0]:[E ProcessGroupNCCL.cpp:1182] [Rank 0] NCCL watchdog thread terminated with exception: [Rank 0",
      "ProcessGroupWatchdogException"),
+    # DCGM's clock events: a GPU slowed by its power or thermal limit, not a faulty one
+    ("GpuPowerWatchIsNotHealthy Message=ErrorCode:DCGM_FR_CLOCK_THROTTLE_POWER GPU:0 PCI:0000:0f:00.0 Detected clocks "
+     "event due to power violation in GPU 0.", "GenericGpuFault"),
+    ("DCGM_FR_CLOCKS_EVENT_THERMAL: Detected clocks event due to thermal violation in GPU 1.", "GenericGpuFault"),
     # the store's debug line for a client that closed its socket, printed at every shutdown
     ("[I323 21:57:08.462050602 TCPStoreLibUvBackend.cpp:120] [c10d - debug] Read callback failed. code:-4095 name:EOF "
      "desc:end of file", "GenericCommunicationFailure"),
