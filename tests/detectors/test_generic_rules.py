@@ -407,6 +407,13 @@ SHAPES = [
     ("Error while writing to file C:\\Users\\u\\AppData\\Local\\vibe\\ggml-medium.bin: Espace insuffisant sur le "
      "disque. (os error 112)", "disk_full"),
     ("Failed to modify QP to RTR: Connection timed out", "nccl_error"),
+    ("job 3132467 exceeded MEM usage hard limit (2528 > 1126)", "host_oom"),
+    ("1050981.0   dbrown  11/7  23:48 Job in status 2 put on hold by SYSTEM_PERIODIC_HOLD due to memory usage 3000000.",
+     "host_oom"),
+    ("EC2 is terminated unintendedly for job hSpIncnfdaf1 - please rerun.: EC2UnintendedTerminationException",
+     "node_lost"),
+    ("WARNING:  allocated node           cu25-0 is in state Down", "node_lost"),
+    ("      message: Job has reached the specified backoff limit", "user_error"),
     ("Couldn't init CUDA: Error (gpu_burn-drv.cpp:304): system not yet initialized", "gpu_hardware"),
     ("[error] Unexpected error from cudaGetDeviceCount(). Error 805: MPS client failed to connect to the MPS control "
      "daemon or the MPS server", "user_error"),
