@@ -687,6 +687,8 @@ PHRASINGS = {
     ),
     "[1]+  Killed                  python train.py --config llama.yaml": "ShellReportsKilled",
     "[2]   Killed                  python eval.py --config llama.yaml": "ShellReportsKilled",
+    "Memory usage on this node: 7.4/7.6 GiB: ***LOW MEMORY*** less than 10% of the memory on this node is available "
+    "for use. This can cause unexpected crashes.": "RayLowMemoryWarning",
     "torch.distributed.DistBackendError: [4] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
     "c10d key-value store by key '0', but store->get('0') got error: Socket Timeout": "DistributedStoreTimeout",
     "[rank0]:[E804 23:05:54.816499929 ProcessGroupNCCL.cpp:1849] [PG ID 0 PG GUID 0(default_pg) Rank 0] Observed "

@@ -418,6 +418,10 @@ SHAPES = [
      "user_error"),
     ("torch.distributed._shard.checkpoint.api.CheckpointException: CheckpointException ranks:dict_keys([0, 1, 2, 3])",
      "user_error"),
+    ("!!! Exception during processing !!! The actor died because of an error raised in its creation task, "
+     "ray::RayCOMMTester.__init__() (pid=26476, ip=127.0.0.1)", "user_error"),
+    ("ERROR exceptions.py:63 -- Exception occurred in user code, with the abbreviated stack trace below.",
+     "user_error"),
     ("job 3132467 exceeded MEM usage hard limit (2528 > 1126)", "host_oom"),
     ("1050981.0   dbrown  11/7  23:48 Job in status 2 put on hold by SYSTEM_PERIODIC_HOLD due to memory usage 3000000.",
      "host_oom"),
