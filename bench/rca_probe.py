@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from detectors.engine import load_rules  # noqa: E402
 from rca.analyze import analyze_lines  # noqa: E402
+from rca.cases import thread_of  # noqa: E402
 
 PROBE = Path(__file__).resolve().parent / "rca_probe"
 _FIELD = re.compile(r"^(url|meaning|line): ?(.*)$")
@@ -80,10 +81,10 @@ def main() -> None:
             counts = table.setdefault(key, [0, 0])
             counts[0] += got == entry.expected
             counts[1] += 1
-    right = sum(got == entry.expected for entry, got in scored)
+    right = sum(counts[0] for counts in per_category.values())
     report = {
         "entries": len(entries),
-        "threads": len({e.url.split("#")[0].rstrip("/") for e in entries}),
+        "threads": len({thread_of(e.url) for e in entries}),
         "scored": len(scored),
         "agreement": round(right / len(scored), 4) if scored else None,
         "per_file": {k: {"right": v[0], "scored": v[1]} for k, v in sorted(per_file.items())},

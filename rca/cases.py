@@ -84,11 +84,16 @@ def load_cases(root: Path) -> list[Case]:
     return cases
 
 
+def thread_of(source: str) -> str:
+    """The thread a source names, as one string whatever the case says after it: its URL without the "#comment" part,
+    the blanks and a trailing slash. A thread is used once across the folds, the hold-out set and the probe."""
+    return source.split("#")[0].strip().rstrip("/")
+
+
 def fold_of(source: str) -> str:
     """The fold a new case goes to, from its thread's URL alone ("dev" or "test"): chosen by a hash, never by how
     the rules do on it, so the test fold stays a fair sample. Cases 01-63 of tests/rca_cases predate the split."""
-    url = source.split("#")[0].strip().rstrip("/")
-    return "dev" if hashlib.sha256(url.encode()).digest()[0] % 2 == 0 else "test"
+    return "dev" if hashlib.sha256(thread_of(source).encode()).digest()[0] % 2 == 0 else "test"
 
 
 def check_numbering(names: Iterable[str]) -> None:

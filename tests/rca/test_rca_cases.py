@@ -29,6 +29,7 @@ from rca.cases import (
     load_case,
     load_cases,
     rule_predictor,
+    thread_of,
 )
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -70,18 +71,18 @@ def test_every_new_case_is_in_the_fold_its_thread_hashes_to_and_no_thread_is_use
     assert len(test) >= 60
     assert [c.name for c in dev[BEFORE_THE_SPLIT:] if fold_of(c.source) != "dev"] == []
     assert [c.name for c in test if fold_of(c.source) != "test"] == []
-    threads = [c.source.split("#")[0].strip() for c in [*dev, *test, *load_cases(HOLDOUT)]]
+    threads = [thread_of(c.source) for c in [*dev, *test, *load_cases(HOLDOUT)]]
     assert sorted({t for t in threads if threads.count(t) > 1}) == []
 
 
 def test_no_case_comes_from_a_thread_the_rules_were_tuned_on_as_a_probe() -> None:
     # bench/rca_probe/ holds single lines from threads the rules were changed for: a case from one of them is not blind
     probe = Path(__file__).resolve().parents[2] / "bench" / "rca_probe"
-    probed = {m.group(1).split("#")[0].strip().rstrip("/")
+    probed = {thread_of(m.group(1))
               for path in probe.glob("*.txt") for m in re.finditer(r"^url: *(\S+)", path.read_text(), re.MULTILINE)}
     assert len(probed) > 700
     cases = [*load_cases(ROOT), *load_cases(TEST_FOLD), *load_cases(HOLDOUT)]
-    assert sorted(c.name for c in cases if c.source.split("#")[0].strip().rstrip("/") in probed) == []
+    assert sorted(c.name for c in cases if thread_of(c.source) in probed) == []
 
 
 def test_the_fold_of_a_thread_is_fixed_by_its_url_alone() -> None:
